@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Local stand-in for kernel-builder: compile det-infer for the installed torch and lay out the
+build variant exactly as kernel-builder would.
+
+    build/<variant>/                 e.g. torch213-cxx11-cpu-x86_64-linux
+        __init__.py ... (torch-ext/det_infer/*.py)
+        _ops.py                      generated: ops namespace + add_op_namespace_prefix
+        _det_infer_<backend>_<id>.abi3.so
+        metadata.json                name, id, version, license, python-depends, backend
+
+Sources and flags come from build.toml (the [torch] section and every [kernel.*] section of the
+chosen backend), so this build and kernel-builder's compile the same files the same way. The
+unique id is a hash of every input (sources, flags, torch version, compilers): an unchanged tree
+is not rebuilt. Nix cannot run here, which is why this script exists (docs/SPEC.md §12).
+
+Usage: build_local.py [--backend cpu|cuda] [--out build] [--force]
+"""
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY_PACKAGE = "det_infer"  # torch-ext/<python name>/
+
+# Our own small registration header (kernel-builder generates an equivalent one): it expands
+# TORCH_EXTENSION_NAME in TORCH_LIBRARY and gives the .so a PyInit so that Python can import it.
+REGISTRATION_H = """\
+#pragma once
+#include <Python.h>
+#define DET_CAT_(a, b) a##b
+#define DET_CAT(a, b) DET_CAT_(a, b)
+#define DET_STR_(a) #a
+#define DET_STR(a) DET_STR_(a)
+#define TORCH_LIBRARY_EXPAND(NAME, MODULE) TORCH_LIBRARY(NAME, MODULE)
+#define TORCH_LIBRARY_IMPL_EXPAND(NAME, DEVICE, MODULE) TORCH_LIBRARY_IMPL(NAME, DEVICE, MODULE)
+#define REGISTER_EXTENSION(NAME)                                                  \\
+  PyMODINIT_FUNC DET_CAT(PyInit_, NAME)() {                                       \\
+    static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, DET_STR(NAME),     \\
+                                        nullptr, 0, nullptr};                     \\
+    return PyModule_Create(&module);                                              \\
+  }
+"""
+
+OPS_PY = '''\
+import torch
+from . import {ops_name}
+ops = torch.ops.{ops_name}
+
+def add_op_namespace_prefix(op_name: str):
+    """
+    Prefix op by namespace.
+    """
+    return f"{ops_name}::{{op_name}}"
+'''
+
+
+def run(cmd, **kw):
+    print("+", " ".join(str(c) for c in cmd), flush=True)
+    subprocess.run([str(c) for c in cmd], check=True, **kw)
+
+
+def tool_version(cmd):
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def find_nvcc():
+    cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    nvcc = Path(cuda_home) / "bin" / "nvcc"
+    return nvcc if nvcc.exists() else shutil.which("nvcc")
+
+
+def variant_name(torch, backend):
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    abi = "cxx11" if torch._C._GLIBCXX_USE_CXX11_ABI else "cxx98"
+    if backend == "cuda":
+        cu_major, cu_minor = torch.version.cuda.split(".")[:2]
+        tag = f"cu{cu_major}{cu_minor}"
+    else:
+        tag = "cpu"
+    return f"torch{major}{minor}-{abi}-{tag}-{platform.machine()}-linux"
+
+
+def sources_for(build, backend):
+    """(source files, cxx flags, cuda flags, cuda capabilities) for one backend, from build.toml."""
+    torch_sec = build["torch"]
+    srcs = list(torch_sec["src"])
+    cxx, cuda, caps = list(torch_sec.get("cxx-flags", [])), [], []
+    for name, sec in sorted(build.get("kernel", {}).items()):
+        if sec["backend"] != backend:
+            continue
+        srcs += sec["src"]
+        cxx += [f for f in sec.get("cxx-flags", []) if f not in cxx]
+        cuda += sec.get("cuda-flags", [])
+        caps += sec.get("cuda-capabilities", [])
+    if not any(Path(s).suffix in (".cpp", ".cu") for s in srcs if s not in torch_sec["src"]):
+        raise SystemExit(f"build.toml has no [kernel.*] section with backend = {backend!r}")
+    return sorted(set(srcs)), cxx, cuda, caps
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--out", default=str(ROOT / "build"))
+    ap.add_argument("--force", action="store_true", help="rebuild even if nothing changed")
+    args = ap.parse_args()
+
+    import torch
+    from torch.utils.cpp_extension import include_paths, library_paths
+
+    build = tomllib.loads((ROOT / "build.toml").read_text())
+    name = build["general"]["name"]
+    backend = args.backend
+    nvcc = None
+    if backend == "cuda":
+        nvcc = find_nvcc()
+        if torch.version.cuda is None or nvcc is None:
+            raise SystemExit("the cuda variant needs a CUDA build of torch and nvcc (CUDA_HOME)")
+    srcs, cxx_flags, cuda_flags, caps = sources_for(build, backend)
+
+    # The unique id: every input of the build, hashed.
+    h = hashlib.sha256()
+    for s in srcs + ["build.toml", "scripts/build_local.py"]:
+        h.update(s.encode() + b"\0" + (ROOT / s).read_bytes() + b"\0")
+    for pyf in sorted((ROOT / "torch-ext" / PY_PACKAGE).glob("*.py")):
+        h.update(pyf.name.encode() + b"\0" + pyf.read_bytes())
+    h.update(torch.__version__.encode() + tool_version(["c++", "--version"]).encode())
+    if nvcc:
+        h.update(tool_version([str(nvcc), "--version"]).encode())
+    uid = h.hexdigest()[:10]
+    ops_name = f"_{name.replace('-', '_')}_{backend}_{uid}"
+
+    out_dir = Path(args.out) / variant_name(torch, backend)
+    so_name = f"{ops_name}.abi3.so"
+    meta_path = out_dir / "metadata.json"
+    if not args.force and (out_dir / so_name).exists() and meta_path.exists():
+        if json.loads(meta_path.read_text()).get("id") == ops_name:
+            print(f"{out_dir}: up to date ({ops_name})")
+            return
+
+    obj_dir = ROOT / "build" / ".obj" / f"{backend}-{uid}"
+    gen_dir = obj_dir / "gen"
+    gen_dir.mkdir(parents=True, exist_ok=True)
+    (gen_dir / "registration.h").write_text(REGISTRATION_H)
+
+    defines = [f"-DTORCH_EXTENSION_NAME={ops_name}", "-DPy_LIMITED_API=0x03090000",
+               f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+               "-DCUDA_KERNEL" if backend == "cuda" else "-DCPU_KERNEL"]
+    includes = [f"-I{p}" for p in include_paths(device_type="cuda" if backend == "cuda" else "cpu")]
+    includes += [f"-I{sysconfig.get_paths()['include']}", f"-I{gen_dir}", f"-I{ROOT}"]
+    base_cxx = ["-std=c++20", "-O3", "-fPIC", "-fno-gnu-unique", "-Wall"] + cxx_flags
+
+    objs = []
+    for s in srcs:
+        src = ROOT / s
+        obj = obj_dir / (s.replace("/", "__") + ".o")
+        if src.suffix == ".cpp":
+            run(["c++", *base_cxx, *defines, *includes, "-c", src, "-o", obj])
+        elif src.suffix == ".cu":
+            gencode = []
+            for cap in caps:
+                sm = cap.replace(".", "")
+                gencode += ["-gencode", f"arch=compute_{sm},code=sm_{sm}"]
+            run([nvcc, "-std=c++20", "-O3", "-Xcompiler=-fPIC", *cuda_flags, *gencode, *defines,
+                 *includes, "-c", src, "-o", obj])
+        else:
+            continue
+        objs.append(obj)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("*.so"):
+        old.unlink()
+    libs = [f"-L{p}" for p in library_paths(device_type="cuda" if backend == "cuda" else "cpu")]
+    libs += ["-lc10", "-ltorch", "-ltorch_cpu"]
+    if backend == "cuda":
+        libs += ["-lc10_cuda", "-ltorch_cuda", f"-L{Path(nvcc).parent.parent / 'lib64'}", "-lcudart"]
+    run(["c++", "-shared", "-fopenmp", *objs, "-o", out_dir / so_name, *libs])
+
+    for pyf in (ROOT / "torch-ext" / PY_PACKAGE).glob("*.py"):
+        shutil.copy2(pyf, out_dir / pyf.name)
+    (out_dir / "_ops.py").write_text(OPS_PY.format(ops_name=ops_name))
+    backend_info = {"type": backend}
+    if backend == "cuda":
+        backend_info["archs"] = sorted(caps)
+    meta = {
+        "name": name,
+        "id": ops_name,
+        "version": build["general"]["version"],
+        "license": build["general"]["license"],
+        "python-depends": build["general"].get("python-depends", []),
+        "backend": backend_info,
+    }
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    print(f"built {out_dir}/{so_name}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+// torch_binding.cpp: op schemas (one line each) and the tensor -> pointer hand-off.
+#include <torch/library.h>
+
+#include <string>
+
+#include "../contract/det_unary.h"
+#include "../det_infer_cpu/det_math_cpu.h"
+#include "registration.h"
+#include "torch_binding.h"
+#if defined(CUDA_KERNEL)
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "../det_infer_cuda/det_math_cuda.h"
+#endif
+
+namespace {
+
+int unary_fn_index(const std::string& fn) {
+  std::string known;
+  for (int i = 0; i < DET_UNARY_COUNT; ++i) {
+    if (fn == det_unary_fn_names[i]) return i;
+    known += (i ? ", " : "") + std::string(det_unary_fn_names[i]);
+  }
+  TORCH_CHECK_VALUE(false, "det-infer: unknown contract function '", fn, "'; supported: ", known);
+  return -1;
+}
+
+void check_dense(const torch::Tensor& t, const char* name, at::ScalarType dtype) {
+  TORCH_CHECK_TYPE(t.scalar_type() == dtype, "det-infer: ", name, " must be ", dtype, ", got ",
+                   t.scalar_type());
+  TORCH_CHECK_VALUE(t.is_contiguous(), "det-infer: ", name, " must be contiguous");
+}
+
+void check_same_device(const torch::Tensor& a, const torch::Tensor& b, const char* what) {
+  TORCH_CHECK_VALUE(a.device() == b.device(), "det-infer: ", what, " must be on one device, got ",
+                    a.device(), " and ", b.device());
+}
+
+}  // namespace
+
+void unary_f32(torch::Tensor& out, const torch::Tensor& x, const std::string& fn) {
+  int f = unary_fn_index(fn);
+  check_dense(x, "x", torch::kFloat32);
+  check_dense(out, "out", torch::kFloat32);
+  check_same_device(out, x, "out and x");
+  TORCH_CHECK_VALUE(out.numel() == x.numel(), "det-infer: out has ", out.numel(),
+                    " elements, x has ", x.numel());
+  if (x.is_cpu()) {
+    det_cpu_unary_f32(f, x.data_ptr<float>(), out.data_ptr<float>(), x.numel());
+    return;
+  }
+#if defined(CUDA_KERNEL)
+  const c10::cuda::CUDAGuard guard(x.device());
+  int rc = det_cuda_unary_f32(f, x.data_ptr<float>(), out.data_ptr<float>(), x.numel(),
+                              c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(rc == 0, "det-infer: CUDA launch failed with error ", rc);
+#else
+  TORCH_CHECK_VALUE(false, "det-infer: this build has no ", x.device().type(), " executor");
+#endif
+}
+
+void sincos_f64(torch::Tensor& sin_out, torch::Tensor& cos_out, const torch::Tensor& theta) {
+  check_dense(theta, "theta", torch::kFloat64);
+  check_dense(sin_out, "sin_out", torch::kFloat32);
+  check_dense(cos_out, "cos_out", torch::kFloat32);
+  check_same_device(sin_out, theta, "sin_out and theta");
+  check_same_device(cos_out, theta, "cos_out and theta");
+  TORCH_CHECK_VALUE(sin_out.numel() == theta.numel() && cos_out.numel() == theta.numel(),
+                    "det-infer: sin_out and cos_out must have theta's ", theta.numel(), " elements");
+  if (theta.is_cpu()) {
+    det_cpu_sincos_f64(theta.data_ptr<double>(), sin_out.data_ptr<float>(),
+                       cos_out.data_ptr<float>(), theta.numel());
+    return;
+  }
+#if defined(CUDA_KERNEL)
+  const c10::cuda::CUDAGuard guard(theta.device());
+  int rc = det_cuda_sincos_f64(theta.data_ptr<double>(), sin_out.data_ptr<float>(),
+                               cos_out.data_ptr<float>(), theta.numel(),
+                               c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(rc == 0, "det-infer: CUDA launch failed with error ", rc);
+#else
+  TORCH_CHECK_VALUE(false, "det-infer: this build has no ", theta.device().type(), " executor");
+#endif
+}
+
+void gemv_ref(torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& x) {
+  TORCH_CHECK_VALUE(w.is_cpu() && x.is_cpu() && out.is_cpu(),
+                    "det-infer: gemv_ref is the CPU reference; pass CPU tensors");
+  TORCH_CHECK_VALUE(w.dim() == 2, "det-infer: w must be (rows, K), got ", w.dim(), " dims");
+  check_dense(x, "x", torch::kFloat32);
+  check_dense(out, "out", torch::kFloat32);
+  const int64_t rows = w.size(0), K = w.size(1);
+  TORCH_CHECK_VALUE(x.numel() == K, "det-infer: x has ", x.numel(), " elements, w has K = ", K);
+  TORCH_CHECK_VALUE(out.numel() == rows, "det-infer: out has ", out.numel(), " elements, w has ",
+                    rows, " rows");
+  if (w.scalar_type() == torch::kBFloat16) {
+    check_dense(w, "w", torch::kBFloat16);
+    det_cpu_gemv_bf16_ref(reinterpret_cast<const uint16_t*>(w.data_ptr()), x.data_ptr<float>(),
+                          out.data_ptr<float>(), rows, K);
+  } else {
+    check_dense(w, "w (bf16 or fp32)", torch::kFloat32);
+    det_cpu_gemv_f32_ref(w.data_ptr<float>(), x.data_ptr<float>(), out.data_ptr<float>(), rows, K);
+  }
+}
+
+void sum_ref(torch::Tensor& out, const torch::Tensor& x) {
+  TORCH_CHECK_VALUE(x.is_cpu() && out.is_cpu(), "det-infer: sum_ref is the CPU reference");
+  TORCH_CHECK_VALUE(x.dim() == 2, "det-infer: x must be (rows, K), got ", x.dim(), " dims");
+  check_dense(x, "x", torch::kFloat32);
+  check_dense(out, "out", torch::kFloat32);
+  TORCH_CHECK_VALUE(out.numel() == x.size(0), "det-infer: out has ", out.numel(),
+                    " elements, x has ", x.size(0), " rows");
+  det_cpu_sum_f32_ref(x.data_ptr<float>(), out.data_ptr<float>(), x.size(0), x.size(1));
+}
+
+int64_t argmax_f32(const torch::Tensor& x) {
+  TORCH_CHECK_VALUE(x.is_cpu(), "det-infer: argmax_f32 is the CPU reference");
+  check_dense(x, "x", torch::kFloat32);
+  TORCH_CHECK_VALUE(x.numel() >= 1, "det-infer: argmax of an empty tensor");
+  return det_cpu_argmax_f32(x.data_ptr<float>(), x.numel());
+}
+
+bool fpenv_probe() { return det_cpu_fpenv_probe() != 0; }
+
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
+  // out = f(x) elementwise for a contract function f (exp, tanh, silu, gelu_tanh, rsqrt, bf16_round)
+  ops.def("unary_f32(Tensor! out, Tensor x, str fn) -> ()");
+  ops.impl("unary_f32", torch::kCPU, &unary_f32);
+  // contract sin and cos of fp64 angles, rounded to fp32
+  ops.def("sincos_f64(Tensor! sin_out, Tensor! cos_out, Tensor theta) -> ()");
+  ops.impl("sincos_f64", torch::kCPU, &sincos_f64);
+#if defined(CUDA_KERNEL)
+  ops.impl("unary_f32", torch::kCUDA, &unary_f32);
+  ops.impl("sincos_f64", torch::kCUDA, &sincos_f64);
+#endif
+  // out[r] = canonical dot(w[r], x); w bf16 or fp32 (rows, K)
+  ops.def("gemv_ref(Tensor! out, Tensor w, Tensor x) -> ()");
+  ops.impl("gemv_ref", torch::kCPU, &gemv_ref);
+  // out[r] = canonical sum(x[r])
+  ops.def("sum_ref(Tensor! out, Tensor x) -> ()");
+  ops.impl("sum_ref", torch::kCPU, &sum_ref);
+  // contract argmax: NaN above all, then largest, ties to the lowest id
+  ops.def("argmax_f32(Tensor x) -> int");
+  ops.impl("argmax_f32", torch::kCPU, &argmax_f32);
+  // true when a native call runs under the IEEE FP environment it installs
+  ops.def("fpenv_probe() -> bool");
+  ops.impl("fpenv_probe", c10::DispatchKey::CompositeExplicitAutograd, &fpenv_probe);
+}
+
+REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

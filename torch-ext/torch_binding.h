@@ -1,0 +1,12 @@
+// torch_binding.h: the ops of det-infer, as torch sees them. Each converts tensors to raw
+// pointers, checks them, and calls the torch-free executor (det_infer_cpu/, det_infer_cuda/).
+#pragma once
+
+#include <torch/torch.h>
+
+void unary_f32(torch::Tensor& out, const torch::Tensor& x, const std::string& fn);
+void sincos_f64(torch::Tensor& sin_out, torch::Tensor& cos_out, const torch::Tensor& theta);
+void gemv_ref(torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& x);
+void sum_ref(torch::Tensor& out, const torch::Tensor& x);
+int64_t argmax_f32(const torch::Tensor& x);
+bool fpenv_probe();
