@@ -15,7 +15,8 @@
 //   z.hi > 120: x;  z.hi < -120: +-0 with x's sign. Otherwise, with e^{-|z|} = m * 2^k:
 //   E = (ldexp(m.hi, k), ldexp(m.lo, k)), d = 1 + E (double-float),
 //   z >= 0: q = (x, 0) / d;  z < 0: q = two_prod(x, m.hi) + x*m.lo, then q = q / d;
-//   result fl(q.hi + q.lo), times 2^k when z < 0 (exact unless the result is subnormal).
+//   result fl(q.hi + q.lo), times 2^k when z < 0 (exact unless the result is subnormal), with
+//   x's sign copied on (sigmoid > 0, so this only decides the sign of a zero: silu(-0) = -0).
 DET_HD float det_mul_sigmoid_f32(float x, det_f32x2 z) {
   if (z.hi > DET_SIGMOID_ZERO) return x;
   if (z.hi < -DET_SIGMOID_ZERO) return det_copysign_f32(0.0f, x);
@@ -26,12 +27,12 @@ DET_HD float det_mul_sigmoid_f32(float x, det_f32x2 z) {
   d = det_fast_two_sum_f32(d.hi, det_add_f32(d.lo, det_ldexp_f32(e.m.lo, e.k)));
   if (!neg) {
     det_f32x2 q = det_f32x2_div({x, 0.0f}, d);
-    return det_add_f32(q.hi, q.lo);
+    return det_copysign_f32(det_add_f32(q.hi, q.lo), x);
   }
   det_f32x2 num = det_two_prod_f32(x, e.m.hi);
   num = det_fast_two_sum_f32(num.hi, det_fma_f32(x, e.m.lo, num.lo));
   det_f32x2 q = det_f32x2_div(num, d);
-  return det_ldexp_f32(det_add_f32(q.hi, q.lo), e.k);
+  return det_copysign_f32(det_ldexp_f32(det_add_f32(q.hi, q.lo), e.k), x);
 }
 
 // silu(x) = x * sigmoid(x). NaN -> NaN, silu(-inf) = -0, silu(+inf) = +inf.

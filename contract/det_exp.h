@@ -86,7 +86,8 @@ DET_HD float det_exp_f32(float x) {
 #define DET_TANH_SMALL 0x1.0p-7f  // below: odd Taylor series; above: double-float (e-1)/(e+1)
 #define DET_TANH_ONE 9.1f         // above: tanh rounds to 1 (1 - tanh(9.1) < 2^-25)
 
-// tanh(x), fp32 -> fp32, odd. |x| < 2^-7: x + x^3 * (-1/3 + x^2 * 2/15) in fp32 (relative error
+// tanh(x), fp32 -> fp32, odd (evaluated on |x|, sign copied back, so tanh(-0) = -0).
+// |x| < 2^-7: x + x^3 * (-1/3 + x^2 * 2/15) in fp32 (relative error
 // ~2^-37); otherwise E = e^{2|x|} as a double-float and (E - 1) / (E + 1) in double-float, rounded
 // once. Accuracy: docs/RESULTS.md §1.
 DET_HD float det_tanh_f32(float x) {
@@ -94,9 +95,9 @@ DET_HD float det_tanh_f32(float x) {
   float ax = det_abs_f32(x);
   if (ax > DET_TANH_ONE) return det_copysign_f32(1.0f, x);
   if (ax < DET_TANH_SMALL) {
-    float x2 = det_mul_f32(x, x);
+    float x2 = det_mul_f32(ax, ax);
     float p = det_fma_f32(x2, 0x1.111112p-3f, -0x1.555556p-2f);  // 2/15, -1/3
-    return det_fma_f32(det_mul_f32(x, x2), p, x);
+    return det_copysign_f32(det_fma_f32(det_mul_f32(ax, x2), p, ax), x);
   }
   det_exp_parts e = det_exp_reduce_f32x2({det_add_f32(ax, ax), 0.0f});     // k in [0, 27]: exact scaling
   det_f32x2 big = {det_ldexp_f32(e.m.hi, e.k), det_ldexp_f32(e.m.lo, e.k)};  // E >= 1

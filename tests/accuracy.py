@@ -20,6 +20,23 @@ def _specials():
     return np.array(bits, dtype=np.uint32).view(np.float32)
 
 
+# Inputs at the edges of each function's range: overflow, the normal/subnormal boundary, the last
+# nonzero output, and the switch points of the piecewise evaluations.
+_EDGES = {
+    "exp": [88.72283, 88.722824, 88.72284, 89.0, -87.33654, -87.33655, -103.97207, -103.97208,
+            -103.9721, -104.0, 0.34657359, -0.34657359],
+    "tanh": [2.0**-7, -(2.0**-7), 0.0078124995, 9.0, 9.01, 9.1, 9.100001],
+    "silu": [-87.0, -88.7, -103.0, -110.0, -119.99, -120.0, -120.01, 120.0],
+    "gelu_tanh": [-12.0, -11.99, 12.0, -10.0, -9.5],
+    "rsqrt": [1.0, 4.0, 2.0**-149, 2.0**-126, 3.4e38],
+}
+
+
+def _edges(fn):
+    e = np.array(_EDGES[fn], dtype=np.float32)
+    return np.concatenate([e, np.nextafter(e, np.float32(np.inf)), np.nextafter(e, np.float32(-np.inf))])
+
+
 def _uniform(rng, lo, hi, n):
     return rng.uniform(lo, hi, n).astype(np.float32)
 
@@ -52,8 +69,7 @@ def inputs(fn, n, seed=2):
                  np.abs(_log_uniform(rng, -149, 127, 2 * q))]
     else:
         raise ValueError(fn)
-    x = np.concatenate(parts + [_specials()])
-    return x[: max(n, 0) + len(_specials())]
+    return np.concatenate(parts + [_edges(fn), _specials()])
 
 
 def angles(n, seed=3):
