@@ -2,9 +2,9 @@
 //
 // Both are x * sigmoid(z): silu has z = x; gelu-tanh's 0.5*x*(1 + tanh(v)) equals x*sigmoid(2v)
 // exactly in real arithmetic, and the sigmoid form has no cancellation at large negative x.
-// z, e^{-|z|}, 1 + e^{-|z|} and the quotient are double-floats; the result is rounded once
-// (normal outputs). gelu's z is formed in double-float too: an fp32 z of magnitude 70 would
-// carry an absolute error that e^z turns into ~100 ulp.
+// z, e^{-|z|}, 1 + e^{-|z|} and the quotient are double-floats; the result is rounded once,
+// subnormal outputs included (det_f32x2_ldexp_f32). gelu's z is formed in double-float too: an
+// fp32 z of magnitude 70 would carry an absolute error that e^z turns into ~100 ulp.
 #pragma once
 
 #include "det_exp.h"
@@ -15,8 +15,9 @@
 //   z.hi > 120: x;  z.hi < -120: +-0 with x's sign. Otherwise, with e^{-|z|} = m * 2^k:
 //   E = (ldexp(m.hi, k), ldexp(m.lo, k)), d = 1 + E (double-float),
 //   z >= 0: q = (x, 0) / d;  z < 0: q = two_prod(x, m.hi) + x*m.lo, then q = q / d;
-//   result fl(q.hi + q.lo), times 2^k when z < 0 (exact unless the result is subnormal), with
-//   x's sign copied on (sigmoid > 0, so this only decides the sign of a zero: silu(-0) = -0).
+//   result fl(q.hi + q.lo) when z >= 0, det_f32x2_ldexp_f32(q, k) when z < 0 (one rounding,
+//   subnormal results included), with x's sign copied on (sigmoid > 0, so this only decides
+//   the sign of a zero: silu(-0) = -0).
 DET_HD float det_mul_sigmoid_f32(float x, det_f32x2 z) {
   if (z.hi > DET_SIGMOID_ZERO) return x;
   if (z.hi < -DET_SIGMOID_ZERO) return det_copysign_f32(0.0f, x);
@@ -32,7 +33,7 @@ DET_HD float det_mul_sigmoid_f32(float x, det_f32x2 z) {
   det_f32x2 num = det_two_prod_f32(x, e.m.hi);
   num = det_fast_two_sum_f32(num.hi, det_fma_f32(x, e.m.lo, num.lo));
   det_f32x2 q = det_f32x2_div(num, d);
-  return det_copysign_f32(det_ldexp_f32(det_add_f32(q.hi, q.lo), e.k), x);
+  return det_copysign_f32(det_f32x2_ldexp_f32(q, e.k), x);
 }
 
 // silu(x) = x * sigmoid(x). NaN -> NaN, silu(-inf) = -0, silu(+inf) = +inf.

@@ -58,19 +58,28 @@ DET_HD det_exp_parts det_exp_reduce_f32x2(det_f32x2 x) {
   return {p, (int)kf};
 }
 
-// (m.hi + m.lo) * 2^k rounded once to fp32, for m.hi in [0.5, 2), m.hi + m.lo >= 0.
-// Normal result: fl(m.hi + m.lo), then an exact scaling. Subnormal result (k < -126, or k = -126
-// with m.hi < 1): a = m.hi * 2^(k+149) (exact, < 2^23) is rounded to an integer n by the 2^23
-// magic add; a tie on a alone (|a - n| = 1/2) is broken by the sign of m.lo; the result n*2^-149
-// is exact. So subnormal results are correctly rounded from the double-float too.
+// (m.hi + m.lo) * 2^k rounded once to fp32: a normalized double-float (|m.lo| <= ulp(m.hi)/2),
+// m.hi normal or zero, k in [-300, 254]. With e the exponent of m.hi:
+//   e + k > -126 (normal result): fl(m.hi + m.lo), then an exact scaling by 2^k;
+//   e + k < -151: +-0 (|value| < 2^-150);
+//   otherwise (subnormal result, or the binade edge e + k == -126 with m.hi = +-2^e and m.lo
+//   pulling below it): a = |m.hi| * 2^(k+149) (exact, <= 2^23) is rounded to an integer n by the
+//   2^23 magic add; a tie on a alone (|a - n| = 1/2) is broken by the sign of m.lo relative to
+//   m.hi; the result +-n * 2^-149 is exact. Subnormal m.hi: fl(m.hi + m.lo) * 2^k (rounded twice).
 DET_HD float det_f32x2_ldexp_f32(det_f32x2 m, int k) {
-  if (k > -126 || (k == -126 && m.hi >= 1.0f)) return det_ldexp_f32(det_add_f32(m.hi, m.lo), k);
-  float a = det_ldexp_f32(m.hi, k + 149);
+  uint32_t bits = det_f32_bits(m.hi);
+  int e = (int)((bits >> 23) & 0xffu) - 127;
+  bool lo_pulls_down = (m.lo < 0.0f) != (m.hi < 0.0f) && m.lo != 0.0f;
+  bool edge = e + k == -126 && (bits & 0x7fffffu) == 0 && lo_pulls_down;
+  if (e == -127 || (e + k > -126) || (e + k == -126 && !edge))
+    return det_ldexp_f32(det_add_f32(m.hi, m.lo), k);
+  if (e + k < -151) return det_copysign_f32(0.0f, m.hi);
+  float a = det_ldexp_f32(det_abs_f32(m.hi), k + 149);
   float n = det_sub_f32(det_add_f32(a, 0x1.0p+23f), 0x1.0p+23f);
   float d = det_sub_f32(a, n);
-  if (det_abs_f32(d) == 0.5f && m.lo != 0.0f && ((d > 0.0f) == (m.lo > 0.0f)))
+  if (det_abs_f32(d) == 0.5f && m.lo != 0.0f && ((d > 0.0f) != lo_pulls_down))
     n = det_add_f32(n, det_add_f32(d, d));
-  return det_mul_f32(det_mul_f32(n, 0x1.0p-126f), 0x1.0p-23f);
+  return det_copysign_f32(det_mul_f32(det_mul_f32(n, 0x1.0p-126f), 0x1.0p-23f), m.hi);
 }
 
 // e^x, fp32 -> fp32. NaN -> NaN, x > 89 -> +inf, x < -104 -> +0 (e^-104 < 2^-150).
