@@ -20,6 +20,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import accuracy  # noqa: E402
 
 
+def sync(result):
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return result
+
+
 def timed(f, reps=5):
     times = []
     for _ in range(reps):
@@ -32,24 +38,27 @@ def timed(f, reps=5):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=10_000_000)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda for the GPU executor")
     args = ap.parse_args()
     from kernels import get_kernel
 
     di = get_kernel("phanerozoic/det-infer", version=1)
-    print(f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads")
+    where = torch.cuda.get_device_name() if args.device == "cuda" else f"{platform.machine()} CPU, {torch.get_num_threads()} threads"
+    print(f"executor: {args.device} ({where}), torch {torch.__version__}")
     print("| function | inputs | max error (ulp) | correctly rounded | worst input | Mvalues/s |")
     print("|---|---|---|---|---|---|")
     for fn in ("exp", "tanh", "silu", "gelu_tanh", "rsqrt"):
         x = accuracy.inputs(fn, args.n)
-        xt = torch.from_numpy(x)
-        y, sec = timed(lambda: di.contract.unary(xt, fn))
+        xt = torch.from_numpy(x).to(args.device)
+        y, sec = timed(lambda: sync(di.contract.unary(xt, fn)))
+        y = y.cpu()
         r = accuracy.judge(fn, x, y.numpy())
         print(f"| {fn} | {r['n']:,} | {r['max_ulp']:.7f} | {100 * r['correctly_rounded']:.5f}% | "
               f"{r['worst_input']:.9g} | {len(x) / sec / 1e6:.0f} |")
     theta = accuracy.angles(args.n)
-    tt = torch.from_numpy(theta)
-    (s, c), sec = timed(lambda: di.contract.sincos(tt))
+    tt = torch.from_numpy(theta).to(args.device)
+    (s, c), sec = timed(lambda: sync(di.contract.sincos(tt)))
+    s, c = s.cpu(), c.cpu()
     for name, y in (("sin", s), ("cos", c)):
         r = accuracy.judge(name, theta, y.numpy())
         print(f"| {name} (fp64 angle) | {r['n']:,} | {r['max_ulp']:.7f} | {100 * r['correctly_rounded']:.5f}% | "

@@ -11,10 +11,18 @@ ROOT = Path(__file__).resolve().parent.parent
 REPO_ID = "phanerozoic/det-infer"
 
 
+def _build(backend):
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "build_local.py"), "--backend", backend],
+                   check=True, stdout=subprocess.DEVNULL)
+
+
 @pytest.fixture(scope="session")
 def di():
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "build_local.py")], check=True,
-                   stdout=subprocess.DEVNULL)
+    import torch
+
+    _build("cpu")
+    if torch.version.cuda:  # a CUDA torch (the GPU check): get_kernel then picks the cu* variant
+        _build("cuda")
     os.environ.setdefault("LOCAL_KERNELS", f"{REPO_ID}={ROOT / 'build'}")
     from kernels import get_kernel
 

@@ -50,15 +50,18 @@ def _canonical(a):
     return bits.tobytes()
 
 
-def digest_through_ops(di):
-    """SHA-256 of the contract_digest.cpp byte stream, computed with the kernel's ops."""
+def digest_through_ops(di, device="cpu"):
+    """SHA-256 of the contract_digest.cpp byte stream, computed with the kernel's ops; the
+    elementwise functions run on `device` (the reductions and argmax are CPU references)."""
     h = hashlib.sha256()
     for fn_index, fn in enumerate(UNARY_FUNCTIONS):
         x = f32_from(splitmix64(1000 + fn_index, UNARY_N), *UNARY_RANGE[fn_index])
-        h.update(_canonical(di.contract.unary(torch.from_numpy(x), fn).numpy()))
-    s, c = di.contract.sincos(torch.from_numpy(f64_from(splitmix64(2000, ANGLE_N))))
-    h.update(_canonical(s.numpy()))
-    h.update(_canonical(c.numpy()))
+        y = di.contract.unary(torch.from_numpy(x).to(device), fn)
+        h.update(_canonical(y.cpu().numpy()))
+    theta = torch.from_numpy(f64_from(splitmix64(2000, ANGLE_N))).to(device)
+    s, c = di.contract.sincos(theta)
+    h.update(_canonical(s.cpu().numpy()))
+    h.update(_canonical(c.cpu().numpy()))
     for K in REDUCE_KS:
         wb = bf16_from(splitmix64(3000 + 7 * K, REDUCE_ROWS * K)).reshape(REDUCE_ROWS, K)
         wf = f32_from(splitmix64(5000 + 7 * K, REDUCE_ROWS * K) | np.uint64(1), -10, 3).reshape(REDUCE_ROWS, K)

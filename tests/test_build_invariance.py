@@ -11,16 +11,11 @@ from pathlib import Path
 
 import contract_inputs
 import pytest
+from pins import CONTRACT_MATH_DIGEST
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "tests" / "native" / "contract_digest.cpp"
 IN_CI = os.environ.get("CI") == "true"
-
-# The digest of the contract math over the fixed input set. Moves only with CONTRACT_VERSION
-# (torch-ext/det_infer/contract.py) and a docs/SPEC.md change; regenerate by running the tool.
-# Pinned after the CPU builds below agreed and the functions were checked against float64/mpmath
-# references (test_contract_math.py). CONTRACT_VERSION 1.
-CONTRACT_MATH_DIGEST = "9cf0d03798c5f4c5a3430e7d6b0e0c8635c3ed1223d712682649b8a896969815"
 
 BASE = ["-std=c++17", "-ffp-contract=off"]
 BUILDS = {
