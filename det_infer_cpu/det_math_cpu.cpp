@@ -1,44 +1,14 @@
 // det_math_cpu.cpp: OpenMP loops over the contract functions. Elementwise and per-row work only,
 // so the thread count never changes a bit; each thread pins its own FP environment.
-// The per-chunk workers are compiled twice on x86-64 (baseline and x86-64-v3, chosen at load time
-// by the ifunc resolver): same source, same operations, only faster fma. The build-invariance
-// test (tests/test_build_invariance.py) checks that both give the same bits.
 #include "det_math_cpu.h"
 
 #include "../contract/det_argmax.h"
 #include "../contract/det_reduce.h"
 #include "../contract/det_trig.h"
 #include "../contract/det_unary.h"
-#include "det_fpenv.h"
-
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(DET_CPU_NO_CLONES)
-#define DET_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define DET_CPU_CLONES
-#endif
+#include "det_parallel.h"
 
 namespace {
-
-// Runs body(begin, end) over [0, n) split into one static chunk per OpenMP thread, each thread
-// under its own det_fpenv_guard.
-template <typename Body>
-void det_parallel_chunks(int64_t n, Body body) {
-#pragma omp parallel
-  {
-    det_fpenv_guard env;
-    int64_t nt = 1, t = 0;
-#if defined(_OPENMP)
-    nt = omp_get_num_threads();
-    t = omp_get_thread_num();
-#endif
-    int64_t begin = n * t / nt, end = n * (t + 1) / nt;
-    if (begin < end) body(begin, end);
-  }
-}
 
 DET_CPU_CLONES void unary_chunk(int fn, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = det_unary_apply_f32(fn, x[i]);

@@ -146,6 +146,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // true when a native call runs under the IEEE FP environment it installs
   ops.def("fpenv_probe() -> bool");
   ops.impl("fpenv_probe", c10::DispatchKey::CompositeExplicitAutograd, &fpenv_probe);
+  register_llama_ops(ops);
 }
 
 REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

@@ -2,6 +2,7 @@
 // pointers, checks them, and calls the torch-free executor (det_infer_cpu/, det_infer_cuda/).
 #pragma once
 
+#include <torch/library.h>
 #include <torch/torch.h>
 
 void unary_f32(torch::Tensor& out, const torch::Tensor& x, const std::string& fn);
@@ -10,3 +11,6 @@ void gemv_ref(torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& x
 void sum_ref(torch::Tensor& out, const torch::Tensor& x);
 int64_t argmax_f32(const torch::Tensor& x);
 bool fpenv_probe();
+
+// llama_binding.cpp: the llama-family engine's ops, registered into the same library.
+void register_llama_ops(torch::Library& ops);

@@ -4,13 +4,18 @@ Load it as a Hugging Face kernel:
 
     from kernels import get_kernel
     di = get_kernel("phanerozoic/det-infer", version=1, trust_remote_code=True)
+    mm = di.MegaModel.from_pretrained("path/to/SmolLM2-135M")
+    tokens = mm.generate(prompt_ids, max_new=128)
 
-This release carries the arithmetic contract (docs/SPEC.md): the IEEE-only math every executor
-shares (`di.contract`) and the exact rope frequency tables (`di.rope`).
+`di.contract` exposes the IEEE-only math every executor shares and `di.rope` the exact rope
+frequency tables (docs/SPEC.md).
 """
 from . import contract, rope
 from ._ops import add_op_namespace_prefix, ops
+from .config import ModelConfig
+from .model import KVState, MegaModel
 
 CONTRACT_VERSION = contract.CONTRACT_VERSION
 
-__all__ = ["CONTRACT_VERSION", "add_op_namespace_prefix", "contract", "ops", "rope"]
+__all__ = ["CONTRACT_VERSION", "KVState", "MegaModel", "ModelConfig", "add_op_namespace_prefix", "contract",
+           "ops", "rope"]

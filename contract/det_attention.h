@@ -1,0 +1,40 @@
+// det_attention.h: causal attention for one query over fixed chunks of absolute positions
+// (docs/SPEC.md §13.4). Chunk c holds positions [128c, 128c + 127]; slot j of the chunk is
+// position 128c + j, and a masked position (after the query, or outside a sliding window)
+// contributes nothing. Per chunk: the max m of the scores, e_j = exp(s_j - m), the canonical sum
+// l of the e_j and, per dimension d, the canonical sum o[d] of e_j * v_j[d] (both reductions of
+// length 128 over the slots). Chunks combine in increasing order:
+//   M' = max(M, m); a = exp(M - M'); b = exp(m - M'); L' = L*a + l*b; O'[d] = O[d]*a + o[d]*b,
+// each product and sum rounded; the output is O[d] / L. The chunk length is part of the contract.
+#pragma once
+
+#include "det_exp.h"
+#include "det_reduce.h"
+
+#define DET_ATTN_CHUNK 128
+
+// The score of one key: fl(canonical dot(q, k) * scale), q and k of length D.
+DET_HD float det_attn_score_f32(const float* q, const float* k, long long D, float scale) {
+  return det_mul_f32(det_dot_f32_ref(q, k, D), scale);
+}
+
+// A running softmax state: max, denominator, and the D-long numerator.
+struct det_attn_acc {
+  float m, l;
+};
+
+// Folds one chunk's partial (m, l, o) into the running (M, L, O); the first chunk initializes.
+DET_HD void det_attn_combine_f32(det_attn_acc* run, float* O, det_attn_acc part, const float* o,
+                                 long long D, bool first) {
+  if (first) {
+    *run = part;
+    for (long long d = 0; d < D; ++d) O[d] = o[d];
+    return;
+  }
+  float M = part.m > run->m ? part.m : run->m;
+  float a = det_exp_f32(det_sub_f32(run->m, M));
+  float b = det_exp_f32(det_sub_f32(part.m, M));
+  run->l = det_add_f32(det_mul_f32(run->l, a), det_mul_f32(part.l, b));
+  for (long long d = 0; d < D; ++d) O[d] = det_add_f32(det_mul_f32(O[d], a), det_mul_f32(o[d], b));
+  run->m = M;
+}

@@ -1,0 +1,298 @@
+// det_llama_cpu.cpp: the llama-family forward pass of docs/SPEC.md §13 on the CPU.
+//
+// Work is split across threads by output (weight rows of a GEMV, (row, head) pairs of the
+// attention, elements of the elementwise steps); every reduction runs inside one task in the
+// contract's order, so neither the thread count nor the grouping of rows changes a bit.
+#include "det_llama_cpu.h"
+
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "../contract/det_act.h"
+#include "../contract/det_argmax.h"
+#include "../contract/det_attention.h"
+#include "../contract/det_norm.h"
+#include "../contract/det_trig.h"
+#include "det_parallel.h"
+
+namespace {
+
+constexpr int64_t kRowBlock = 64;  // rows carried through the layers together (scheduling only)
+constexpr int64_t kBatchLanes = 4;  // inputs sharing one converted weight row (scheduling only)
+
+// ---- GEMV: Y[b*ldy + r] = canonical dot(W[r, :], X[b*K .. b*K + K)) ---------------------------
+DET_CPU_CLONES void gemv_rows(const uint16_t* W, int64_t K, const float* X, int64_t B, float* Y,
+                              int64_t ldy, int64_t r0, int64_t r1) {
+  float wf[DET_REDUCE_LANES];
+  float acc[kBatchLanes][DET_REDUCE_LANES];
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint16_t* w = W + r * K;
+    for (int64_t b0 = 0; b0 < B; b0 += kBatchLanes) {
+      int64_t nb = std::min(kBatchLanes, B - b0);
+      for (int64_t bb = 0; bb < nb; ++bb)
+        for (int j = 0; j < DET_REDUCE_LANES; ++j) acc[bb][j] = 0.0f;
+      for (int64_t k0 = 0; k0 < K; k0 += DET_REDUCE_LANES) {
+        int64_t n = std::min<int64_t>(DET_REDUCE_LANES, K - k0);
+        for (int64_t j = 0; j < n; ++j) wf[j] = det_bf16_to_f32(w[k0 + j]);
+        for (int64_t bb = 0; bb < nb; ++bb) {
+          const float* x = X + (b0 + bb) * K + k0;
+          float* a = acc[bb];
+          for (int64_t j = 0; j < n; ++j) a[j] = det_fma_f32(wf[j], x[j], a[j]);
+        }
+      }
+      for (int64_t bb = 0; bb < nb; ++bb) Y[(b0 + bb) * ldy + r] = det_reduce_tree256_f32(acc[bb]);
+    }
+  }
+}
+
+// Y (B, N) = X (B, K) times W (N, K) transposed, parallel over the N weight rows.
+void gemv(const uint16_t* W, int64_t N, int64_t K, const float* X, int64_t B, float* Y) {
+  det_parallel_chunks(N, [&](int64_t r0, int64_t r1) { gemv_rows(W, K, X, B, Y, N, r0, r1); });
+}
+
+// ---- elementwise steps --------------------------------------------------------------------------
+DET_CPU_CLONES void rmsnorm_rows(const float* X, const uint16_t* w, float* Y, int64_t K, float eps,
+                                 int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) det_rmsnorm_ref(X + r * K, w, Y + r * K, K, eps);
+}
+
+// y = rmsnorm(x) * w for each of `rows` rows of length K (rows may be heads inside a vector).
+void rmsnorm(const float* X, const uint16_t* w, float* Y, int64_t rows, int64_t K, float eps) {
+  det_parallel_chunks(rows, [&](int64_t r0, int64_t r1) { rmsnorm_rows(X, w, Y, K, eps, r0, r1); });
+}
+
+DET_CPU_CLONES void add_into(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = det_add_f32(x[i], y[i]);
+}
+
+DET_CPU_CLONES void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = det_mul_f32(det_silu_f32(gate[i]), up[i]);
+}
+
+// Rotates each head of v (heads x head_dim) in place by the row's (sin, cos) table.
+void rope_heads(float* v, int64_t heads, int64_t head_dim, int64_t pairs, const det_sincos_f32* sc) {
+  for (int64_t h = 0; h < heads; ++h) {
+    float* x = v + h * head_dim;
+    for (int64_t i = 0; i < pairs; ++i) det_rope_rotate_f32(&x[i], &x[i + pairs], sc[i]);
+  }
+}
+
+// ---- attention of one (row, head): docs/SPEC.md §13.4 -------------------------------------------
+struct AttnScratch {
+  std::vector<float> slot_o;  // (DET_ATTN_CHUNK, D): per-slot products, then the slot tree
+  std::vector<float> o, O;    // (D,) chunk numerator and running numerator
+};
+
+DET_CPU_CLONES void attend(const float* q, const float* kc, const float* vc, int64_t stride,
+                           int64_t D, int64_t lo, int64_t p, float scale, float* out,
+                           AttnScratch& s) {
+  det_attn_acc run = {0.0f, 0.0f};
+  bool first = true;
+  float score[DET_ATTN_CHUNK], l_acc[DET_REDUCE_LANES];
+  for (int64_t c = lo / DET_ATTN_CHUNK; c <= p / DET_ATTN_CHUNK; ++c) {
+    const int64_t base = c * DET_ATTN_CHUNK;
+    const int64_t j0 = std::max(lo, base) - base, j1 = std::min(p, base + DET_ATTN_CHUNK - 1) - base;
+    float m = 0.0f;
+    for (int64_t j = j0; j <= j1; ++j) {
+      score[j] = det_attn_score_f32(q, kc + (base + j) * stride, D, scale);
+      m = (j == j0 || score[j] > m) ? score[j] : m;
+    }
+    for (int j = 0; j < DET_REDUCE_LANES; ++j) l_acc[j] = 0.0f;
+    std::fill(s.slot_o.begin(), s.slot_o.end(), 0.0f);
+    for (int64_t j = j0; j <= j1; ++j) {
+      float e = det_exp_f32(det_sub_f32(score[j], m));
+      l_acc[j] = det_add_f32(l_acc[j], e);
+      const float* v = vc + (base + j) * stride;
+      float* so = s.slot_o.data() + j * D;
+      // Slot j of the length-128 canonical reduction: fma onto +0, then the tree's first step
+      // (adding slot j + 128, which is empty: +0) normalizes a -0 to +0.
+      for (int64_t d = 0; d < D; ++d) so[d] = det_add_f32(det_fma_f32(e, v[d], 0.0f), 0.0f);
+    }
+    float l = det_reduce_tree256_f32(l_acc);
+    for (int64_t half = DET_ATTN_CHUNK / 2; half >= 1; half /= 2)
+      for (int64_t j = 0; j < half; ++j) {
+        float* a = s.slot_o.data() + j * D;
+        const float* b = s.slot_o.data() + (j + half) * D;
+        for (int64_t d = 0; d < D; ++d) a[d] = det_add_f32(a[d], b[d]);
+      }
+    memcpy(s.o.data(), s.slot_o.data(), D * sizeof(float));
+    det_attn_combine_f32(&run, s.O.data(), {m, l}, s.o.data(), D, first);
+    first = false;
+  }
+  for (int64_t d = 0; d < D; ++d) out[d] = det_div_f32(s.O[d], run.l);
+}
+
+// ---- one block of rows through the whole model ------------------------------------------------
+struct Block {
+  std::vector<float> x, h, q, k, v, att, gate, up, tmp;
+  std::vector<det_sincos_f32> sc;
+};
+
+int check_rows(const det_llama_model* m, int64_t n, const int32_t* tokens, const int64_t* positions,
+               det_kv_cache* const* caches) {
+  if (!m || !tokens || !positions || !caches || n < 1) return DET_ERR_ARG;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!caches[i] || !caches[i]->k || !caches[i]->v) return DET_ERR_ARG;
+    if (tokens[i] < 0 || tokens[i] >= m->vocab) return DET_ERR_TOKEN;
+    if (positions[i] < 0 || positions[i] >= caches[i]->capacity || positions[i] > DET_MAX_POSITION)
+      return DET_ERR_POSITION;
+    for (int64_t j = 0; j < i; ++j)
+      if (caches[j] == caches[i] && positions[j] >= positions[i]) return DET_ERR_ORDER;
+  }
+  return DET_OK;
+}
+
+void forward_block(const det_llama_model* m, int64_t B, const int32_t* tokens,
+                   const int64_t* positions, det_kv_cache* const* caches,
+                   const uint8_t* want_logits, float* logits, Block& w) {
+  const int64_t H = m->hidden, D = m->head_dim, QD = m->n_heads * D, KVD = m->n_kv_heads * D;
+  const int64_t I = m->inter, pairs = m->rope_pairs, group = m->n_heads / m->n_kv_heads;
+  const float scale = det_rsqrt_f32((float)D);
+  w.x.resize(B * H); w.h.resize(B * std::max(H, QD)); w.q.resize(B * QD); w.k.resize(B * KVD);
+  w.v.resize(B * KVD); w.att.resize(B * QD); w.gate.resize(B * I); w.up.resize(B * I);
+  w.tmp.resize(B * std::max(H, I)); w.sc.resize(B * pairs);
+
+  for (int64_t b = 0; b < B; ++b) {
+    const uint16_t* e = m->embed + (int64_t)tokens[b] * H;
+    for (int64_t i = 0; i < H; ++i) w.x[b * H + i] = det_bf16_to_f32(e[i]);
+    for (int64_t i = 0; i < pairs; ++i)
+      w.sc[b * pairs + i] = det_sincos_f64(det_rope_angle_f64(positions[b], m->inv_freq[i]));
+  }
+
+  for (int64_t l = 0; l < m->n_layers; ++l) {
+    const det_llama_layer& L = m->layers[l];
+    rmsnorm(w.x.data(), L.attn_norm, w.h.data(), B, H, m->rms_eps);
+    gemv(L.wq, QD, H, w.h.data(), B, w.q.data());
+    gemv(L.wk, KVD, H, w.h.data(), B, w.k.data());
+    gemv(L.wv, KVD, H, w.h.data(), B, w.v.data());
+    if (L.q_norm) rmsnorm(w.q.data(), L.q_norm, w.q.data(), B * m->n_heads, D, m->rms_eps);
+    if (L.k_norm) rmsnorm(w.k.data(), L.k_norm, w.k.data(), B * m->n_kv_heads, D, m->rms_eps);
+    for (int64_t b = 0; b < B; ++b) {
+      rope_heads(w.q.data() + b * QD, m->n_heads, D, pairs, w.sc.data() + b * pairs);
+      rope_heads(w.k.data() + b * KVD, m->n_kv_heads, D, pairs, w.sc.data() + b * pairs);
+      const det_kv_cache* c = caches[b];
+      memcpy(c->k + (l * c->capacity + positions[b]) * KVD, w.k.data() + b * KVD, KVD * sizeof(float));
+      memcpy(c->v + (l * c->capacity + positions[b]) * KVD, w.v.data() + b * KVD, KVD * sizeof(float));
+    }
+    det_parallel_chunks(B * m->n_heads, [&](int64_t t0, int64_t t1) {
+      AttnScratch s;
+      s.slot_o.resize(DET_ATTN_CHUNK * D);
+      s.o.resize(D);
+      s.O.resize(D);
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t b = t / m->n_heads, hd = t % m->n_heads, g = hd / group, p = positions[b];
+        const det_kv_cache* c = caches[b];
+        const int64_t lo = m->sliding_window > 0 ? std::max<int64_t>(0, p - m->sliding_window + 1) : 0;
+        attend(w.q.data() + b * QD + hd * D, c->k + l * c->capacity * KVD + g * D,
+               c->v + l * c->capacity * KVD + g * D, KVD, D, lo, p, scale,
+               w.att.data() + b * QD + hd * D, s);
+      }
+    });
+    gemv(L.wo, H, QD, w.att.data(), B, w.tmp.data());
+    add_into(w.x.data(), w.tmp.data(), B * H);
+    rmsnorm(w.x.data(), L.mlp_norm, w.h.data(), B, H, m->rms_eps);
+    gemv(L.w_gate, I, H, w.h.data(), B, w.gate.data());
+    gemv(L.w_up, I, H, w.h.data(), B, w.up.data());
+    det_parallel_chunks(B * I, [&](int64_t i0, int64_t i1) {
+      silu_mul(w.gate.data() + i0, w.up.data() + i0, w.gate.data() + i0, i1 - i0);
+    });
+    gemv(L.w_down, H, I, w.gate.data(), B, w.tmp.data());
+    add_into(w.x.data(), w.tmp.data(), B * H);
+  }
+
+  // Final norm and the head, for the rows that want logits (gathered first).
+  int64_t nw = 0;
+  for (int64_t b = 0; b < B; ++b)
+    if (!want_logits || want_logits[b]) {
+      if (nw != b) memcpy(w.x.data() + nw * H, w.x.data() + b * H, H * sizeof(float));
+      ++nw;
+    }
+  if (nw == 0) return;
+  rmsnorm(w.x.data(), m->final_norm, w.h.data(), nw, H, m->rms_eps);
+  gemv(m->lm_head, m->vocab, H, w.h.data(), nw, logits);
+}
+
+}  // namespace
+
+int det_llama_forward(const det_llama_model* m, int64_t n, const int32_t* tokens,
+                      const int64_t* positions, det_kv_cache* const* caches,
+                      const uint8_t* want_logits, float* logits) {
+  int rc = check_rows(m, n, tokens, positions, caches);
+  if (rc != DET_OK) return rc;
+  det_fpenv_guard env;
+  Block w;
+  float* out = logits;
+  for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
+    int64_t B = std::min(kRowBlock, n - r0);
+    const uint8_t* want = want_logits ? want_logits + r0 : nullptr;
+    forward_block(m, B, tokens + r0, positions + r0, caches + r0, want, out, w);
+    for (int64_t b = 0; b < B; ++b)
+      if (!want || want[b]) out += m->vocab;
+  }
+  return DET_OK;
+}
+
+int det_llama_generate(const det_llama_model* m, int64_t B, const int32_t* prompts,
+                       const int64_t* prompt_offsets, const int64_t* start_positions,
+                       det_kv_cache* const* caches, int64_t max_new, const int32_t* stop_ids,
+                       int64_t n_stop, int32_t* out_tokens, int64_t* out_lengths,
+                       float* step_logits) {
+  if (!m || B < 1 || !prompts || !prompt_offsets || !start_positions || !caches || max_new < 1 ||
+      !out_tokens || !out_lengths || (n_stop > 0 && !stop_ids))
+    return DET_ERR_ARG;
+  const int64_t V = m->vocab;
+  // Prefill every prompt in one forward call; keep the logits of each prompt's last row.
+  std::vector<int32_t> tok;
+  std::vector<int64_t> pos;
+  std::vector<det_kv_cache*> cache;
+  std::vector<uint8_t> want;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t len = prompt_offsets[b + 1] - prompt_offsets[b];
+    if (len < 1) return DET_ERR_ARG;
+    if (start_positions[b] + len + max_new - 1 > caches[b]->capacity) return DET_ERR_POSITION;
+    for (int64_t i = 0; i < len; ++i) {
+      tok.push_back(prompts[prompt_offsets[b] + i]);
+      pos.push_back(start_positions[b] + i);
+      cache.push_back(caches[b]);
+      want.push_back(i == len - 1);
+    }
+  }
+  std::vector<float> logits(B * V);
+  int rc = det_llama_forward(m, (int64_t)tok.size(), tok.data(), pos.data(), cache.data(),
+                             want.data(), logits.data());
+  if (rc != DET_OK) return rc;
+
+  std::vector<int64_t> next_pos(B), active;
+  for (int64_t b = 0; b < B; ++b) {
+    next_pos[b] = start_positions[b] + prompt_offsets[b + 1] - prompt_offsets[b];
+    out_lengths[b] = 0;
+    active.push_back(b);
+  }
+  for (int64_t t = 0; t < max_new && !active.empty(); ++t) {
+    std::vector<int64_t> still;
+    tok.clear(); pos.clear(); cache.clear();
+    for (size_t a = 0; a < active.size(); ++a) {
+      const int64_t b = active[a];
+      const float* lg = logits.data() + a * V;
+      const int32_t id = (int32_t)det_argmax_f32_ref(lg, V);
+      out_tokens[b * max_new + t] = id;
+      out_lengths[b] = t + 1;
+      if (step_logits) memcpy(step_logits + (b * max_new + t) * V, lg, V * sizeof(float));
+      bool stop = false;
+      for (int64_t s = 0; s < n_stop; ++s) stop = stop || stop_ids[s] == id;
+      if (stop || t + 1 == max_new) continue;
+      still.push_back(b);
+      tok.push_back(id);
+      pos.push_back(next_pos[b]++);
+      cache.push_back(caches[b]);
+    }
+    active.swap(still);
+    if (active.empty()) break;
+    rc = det_llama_forward(m, (int64_t)tok.size(), tok.data(), pos.data(), cache.data(), nullptr,
+                           logits.data());
+    if (rc != DET_OK) return rc;
+  }
+  return DET_OK;
+}

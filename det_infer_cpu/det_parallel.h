@@ -1,0 +1,36 @@
+// det_parallel.h: the CPU engine's one way to split work across threads. Static chunks of an
+// index range, each thread under its own FP-environment guard. Splitting decides only which
+// thread computes an output, never how: no reduction ever crosses a chunk boundary.
+#pragma once
+
+#include <stdint.h>
+
+#include "det_fpenv.h"
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(DET_CPU_NO_CLONES)
+// Hot loops are compiled for the baseline ISA and for x86-64-v3 (AVX2 + FMA), chosen at load
+// time; same source, same operations (tests/test_build_invariance.py holds them to one digest).
+#define DET_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define DET_CPU_CLONES
+#endif
+
+// Runs body(begin, end) over [0, n), one static chunk per OpenMP thread.
+template <typename Body>
+void det_parallel_chunks(int64_t n, Body body) {
+#pragma omp parallel
+  {
+    det_fpenv_guard env;
+    int64_t nt = 1, t = 0;
+#if defined(_OPENMP)
+    nt = omp_get_num_threads();
+    t = omp_get_thread_num();
+#endif
+    int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+    if (begin < end) body(begin, end);
+  }
+}

@@ -1,0 +1,95 @@
+"""Synthetic llama-family checkpoints with weights from our own seeded generator.
+
+The bytes depend only on (seed, tensor name, shape): splitmix64 streams (contract_inputs.py) turned
+into Irwin-Hall (sum of four uniform integers) values scaled by powers of two, rounded to fp32 and
+then to bf16 with integer round-to-nearest-even. No torch or numpy RNG, no transcendental: the
+checkpoints, and so the pinned digests, never move with a library release.
+"""
+import hashlib
+import json
+import os
+
+import numpy as np
+import torch
+
+from contract_inputs import splitmix64
+
+# Configs deliberately use eps != 1e-6 and head_dim != hidden / heads (so a hard-coded value fails).
+CONFIGS = {
+    "llama": dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=1000, hidden_size=128,
+        intermediate_size=352, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=48, rms_norm_eps=1e-5, max_position_embeddings=2048, tie_word_embeddings=False,
+        hidden_act="silu", bos_token_id=1, eos_token_id=2,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 256}),
+    "qwen3": dict(
+        architectures=["Qwen3ForCausalLM"], model_type="qwen3", vocab_size=1000, hidden_size=128,
+        intermediate_size=320, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=1,
+        head_dim=64, rms_norm_eps=3e-6, max_position_embeddings=2048, tie_word_embeddings=True,
+        hidden_act="silu", bos_token_id=1, eos_token_id=2, use_sliding_window=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+    "mistral": dict(
+        architectures=["MistralForCausalLM"], model_type="mistral", vocab_size=1000, hidden_size=160,
+        intermediate_size=384, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=32, rms_norm_eps=1e-5, max_position_embeddings=2048, tie_word_embeddings=False,
+        hidden_act="silu", bos_token_id=1, eos_token_id=2, sliding_window=40,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+}
+
+
+def _seed(name, seed):
+    return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little")
+
+
+def irwin_hall_bf16(name, shape, log2_scale, offset=0.0, seed=0):
+    """bf16 tensor: offset + (sum of four 20-bit uniforms - 2^21) * 2^(log2_scale - 21).
+    Standard deviation ~ 0.289 * 2^log2_scale."""
+    n = int(np.prod(shape))
+    u = splitmix64(_seed(name, seed), n)
+    parts = [(u >> np.uint64(s)) & np.uint64(0xFFFFF) for s in (0, 20, 40)]
+    parts.append((u >> np.uint64(44)) & np.uint64(0xFFFFF))
+    ints = sum(p.astype(np.int64) for p in parts) - (1 << 21)
+    f32 = (offset + ints.astype(np.float64) * 2.0 ** (log2_scale - 21)).astype(np.float32)
+    bits = f32.view(np.uint32).astype(np.uint64)
+    bits = (bits + np.uint64(0x7FFF) + ((bits >> np.uint64(16)) & np.uint64(1))) >> np.uint64(16)
+    return torch.from_numpy(bits.astype(np.uint16).view(np.int16).reshape(shape).copy()).view(torch.bfloat16)
+
+
+def state_dict(family, seed=0):
+    c = CONFIGS[family]
+    H, D, I, V = c["hidden_size"], c["head_dim"], c["intermediate_size"], c["vocab_size"]
+    QD, KVD = c["num_attention_heads"] * D, c["num_key_value_heads"] * D
+    sd = {"model.embed_tokens.weight": irwin_hall_bf16("embed", (V, H), -1, seed=seed),
+          "model.norm.weight": irwin_hall_bf16("norm", (H,), -3, 1.0, seed)}
+    if not c["tie_word_embeddings"]:
+        sd["lm_head.weight"] = irwin_hall_bf16("lm_head", (V, H), -2, seed=seed)
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        shapes = {"self_attn.q_proj.weight": (QD, H), "self_attn.k_proj.weight": (KVD, H),
+                  "self_attn.v_proj.weight": (KVD, H), "self_attn.o_proj.weight": (H, QD),
+                  "mlp.gate_proj.weight": (I, H), "mlp.up_proj.weight": (I, H), "mlp.down_proj.weight": (H, I)}
+        for n, shape in shapes.items():
+            sd[p + n] = irwin_hall_bf16(p + n, shape, -2, seed=seed)
+        for n in ("input_layernorm.weight", "post_attention_layernorm.weight"):
+            sd[p + n] = irwin_hall_bf16(p + n, (H,), -3, 1.0, seed)
+        if family == "qwen3":
+            for n in ("self_attn.q_norm.weight", "self_attn.k_norm.weight"):
+                sd[p + n] = irwin_hall_bf16(p + n, (D,), -3, 1.0, seed)
+    return sd
+
+
+def write_checkpoint(family, directory, seed=0):
+    """config.json + model.safetensors for a synthetic model; returns the directory."""
+    from safetensors.torch import save_file
+
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(CONFIGS[family], f, indent=1)
+    save_file(state_dict(family, seed), os.path.join(directory, "model.safetensors"))
+    return directory
+
+
+def token_sequence(n, vocab, seed):
+    """A fixed pseudo-random token sequence (avoiding ids 0..2)."""
+    return [int(3 + v % (vocab - 3)) for v in splitmix64(seed, n)]

@@ -1,0 +1,285 @@
+"""MegaModel: bit-exact inference for llama-family checkpoints (Llama, Qwen3, Mistral).
+
+    mm = MegaModel.from_pretrained("path/to/model")          # config.json + safetensors
+    tokens = mm.generate(prompt_ids, max_new=128)             # one native call, prompt included
+    logits = mm.decode_step(token_id, pos)                    # fp32 [vocab]
+    streams = mm.generate_batch([ids_a, ids_b], max_new=64)   # up to batch_max() sequences
+
+Every method runs the same per-token computation (docs/SPEC.md §13), so a sequence's logits are
+the same bits alone or in a batch, prefilled at once or token by token, in one call or per step.
+"""
+import json
+import os
+import time
+
+import torch
+
+from . import names, safetensors_io
+from ._ops import ops
+from .config import ModelConfig
+
+BATCH_MAX = 16
+MAX_POSITIONS = 1_000_000  # the rope reduction's validated bound (docs/SPEC.md §7.1)
+DEFAULT_MAX_CONTEXT = 4096
+
+
+class KVState:
+    """One sequence's KV cache: a (2, layers, capacity, kv_heads*head_dim) fp32 tensor and the number
+    of positions filled so far (positions 0 .. length-1 hold valid keys and values)."""
+
+    def __init__(self, cfg: ModelConfig, capacity: int):
+        need = capacity * cfg.kv_bytes_per_position()
+        _check_memory(need, f"a KV cache of {capacity} positions")
+        kvd = cfg.num_key_value_heads * cfg.head_dim
+        self.cache = torch.zeros((2, cfg.num_hidden_layers, capacity, kvd), dtype=torch.float32)
+        self.capacity = capacity
+        self.length = 0
+
+    def fork(self) -> "KVState":
+        """An independent copy: both continue from the same filled positions."""
+        twin = KVState.__new__(KVState)
+        twin.cache, twin.capacity, twin.length = self.cache.clone(), self.capacity, self.length
+        return twin
+
+    def reset(self):
+        self.length = 0
+
+
+def _check_memory(nbytes, what):
+    try:
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return
+    if nbytes > avail:
+        raise MemoryError(f"det-infer: {what} needs {nbytes / 2**20:.1f} MiB, but only "
+                          f"{avail / 2**20:.1f} MiB of memory is available; use a smaller max_context")
+
+
+def _resolve_directory(path, revision=None):
+    if os.path.isdir(path):
+        return path
+    if os.path.exists(path):
+        raise ValueError(f"det-infer: {path} is a file; from_pretrained takes a model directory "
+                         "(config.json + safetensors)")
+    if path.count("/") != 1 or path.startswith((".", "/")):
+        raise FileNotFoundError(f"det-infer: no model directory at {path!r}")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise FileNotFoundError(f"det-infer: {path!r} is not a local directory, and huggingface_hub is not "
+                                "installed to fetch it from the Hub") from None
+    try:
+        return snapshot_download(path, revision=revision, allow_patterns=["*.json", "*.safetensors"])
+    except Exception as e:  # network, auth, missing repo: say what happened
+        raise FileNotFoundError(f"det-infer: could not fetch {path!r} from the Hub: {e}") from e
+
+
+class MegaModel:
+    def __init__(self, config: ModelConfig, tensors: dict, *, device="cpu", max_context=None):
+        if str(device) != "cpu":
+            raise ValueError(f"det-infer: device {device!r} is not supported by this build; supported: 'cpu'")
+        self.config = config
+        self.device = "cpu"
+        self._weights = names.select_llama_weights(config, tensors)
+        self._cfg_ints = config.engine_ints()
+        self._inv_freq = config.inv_freq()
+        limit = min(config.max_position_embeddings, MAX_POSITIONS)
+        self.max_context = min(max_context or DEFAULT_MAX_CONTEXT, limit)
+        if self.max_context < 1:
+            raise ValueError(f"det-infer: max_context must be positive, got {max_context}")
+        self._state = None
+
+    # ---- construction ---------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, path, device="cpu", max_context=None, revision=None):
+        """Load a Hugging Face model directory (config.json + model.safetensors or shards); a Hub
+        id is fetched through huggingface_hub when installed and reachable."""
+        directory = _resolve_directory(str(path), revision)
+        cfg_path = os.path.join(directory, "config.json")
+        if not os.path.exists(cfg_path):
+            raise FileNotFoundError(f"det-infer: {directory} has no config.json")
+        with open(cfg_path) as f:
+            try:
+                cfg = ModelConfig.from_dict(json.load(f))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"det-infer: {cfg_path} is not valid JSON ({e})") from None
+        return cls(cfg, safetensors_io.load_checkpoint(directory), device=device, max_context=max_context)
+
+    @staticmethod
+    def batch_max() -> int:
+        return BATCH_MAX
+
+    # ---- validation ---------------------------------------------------------------------------
+    def _ids(self, ids, what="prompt"):
+        if isinstance(ids, torch.Tensor):
+            if ids.dim() != 1 or ids.dtype not in (torch.int32, torch.int64):
+                raise TypeError(f"det-infer: {what} must be a 1-d integer tensor or a list of ints")
+            ids = ids.tolist()
+        try:
+            ids = [int(t) for t in ids]
+        except (TypeError, ValueError):
+            raise TypeError(f"det-infer: {what} must be a sequence of token ids") from None
+        if not ids:
+            raise ValueError(f"det-infer: {what} is empty")
+        bad = [t for t in ids if not 0 <= t < self.config.vocab_size]
+        if bad:
+            raise ValueError(f"det-infer: token id {bad[0]} in {what} is outside the vocabulary [0, {self.config.vocab_size})")
+        return ids
+
+    def _check_length(self, n):
+        if n > self.max_context:
+            raise ValueError(f"det-infer: {n} positions exceed max_context {self.max_context} "
+                             f"(model limit {min(self.config.max_position_embeddings, MAX_POSITIONS)}); "
+                             "pass max_context= to from_pretrained")
+
+    # ---- the raw calls --------------------------------------------------------------------------
+    def _forward(self, tokens, positions, states, cache_index, want):
+        n_want = int(sum(want))
+        logits = torch.empty((n_want, self.config.vocab_size), dtype=torch.float32)
+        ops.mak_forward(self._weights, self._cfg_ints, self.config.rms_norm_eps, self._inv_freq,
+                        torch.tensor(tokens, dtype=torch.int32), torch.tensor(positions, dtype=torch.int64),
+                        [s.cache for s in states], torch.tensor(cache_index, dtype=torch.int64),
+                        torch.tensor(want, dtype=torch.uint8), logits)
+        return logits
+
+    def new_state(self, capacity=None) -> KVState:
+        capacity = capacity or self.max_context
+        self._check_length(capacity)
+        return KVState(self.config, capacity)
+
+    @property
+    def state(self) -> KVState:
+        """The KV state used by prefill / decode_step (created on first use)."""
+        if self._state is None:
+            self._state = self.new_state()
+        return self._state
+
+    def reset(self):
+        """Forget the default state's positions."""
+        self.state.reset()
+
+    def fork(self) -> KVState:
+        """A copy of the default state, to continue two ways from one prefix."""
+        return self.state.fork()
+
+    # ---- the API ------------------------------------------------------------------------------
+    def prefill(self, ids, state: KVState = None, logits="last"):
+        """Fill positions 0..n-1 of the state with the prompt (the state is reset first). Returns
+        the fp32 logits of the last token, or of every token with logits="all"."""
+        ids = self._ids(ids)
+        state = state or self.state
+        if len(ids) > state.capacity:
+            raise ValueError(f"det-infer: a {len(ids)}-token prompt does not fit a {state.capacity}-position state")
+        state.reset()
+        want = [1] * len(ids) if logits == "all" else [0] * (len(ids) - 1) + [1]
+        out = self._forward(ids, list(range(len(ids))), [state], [0] * len(ids), want)
+        state.length = len(ids)
+        return out if logits == "all" else out[0]
+
+    def decode_step(self, token_id, pos, state: KVState = None):
+        """Run one token at position pos and return its fp32 [vocab] logits. pos may be the next
+        free position or an earlier one (the state is then cut back to pos)."""
+        state = state or self.state
+        (token_id,) = self._ids([token_id], "token_id")
+        if isinstance(pos, bool) or not isinstance(pos, int):
+            raise TypeError(f"det-infer: pos must be an int, got {pos!r}")
+        if not 0 <= pos <= state.length:
+            raise ValueError(f"det-infer: position {pos} cannot be decoded: positions 0..{state.length - 1} are "
+                             f"filled, so pos must be in [0, {state.length}]")
+        if pos >= state.capacity:
+            raise ValueError(f"det-infer: position {pos} is beyond the state's capacity {state.capacity}")
+        logits = self._forward([token_id], [pos], [state], [0], [1])[0]
+        state.length = pos + 1
+        return logits
+
+    def decode_step_timed(self, token_id, pos, state: KVState = None):
+        """decode_step plus its wall time in seconds."""
+        t = time.perf_counter()
+        logits = self.decode_step(token_id, pos, state)
+        return logits, time.perf_counter() - t
+
+    def decode_batch(self, token_ids, positions, states):
+        """One decode step for several sequences at once: row b is token_ids[b] at positions[b] of
+        states[b]. Returns (B, vocab) fp32 logits."""
+        if not 1 <= len(states) <= BATCH_MAX or len(token_ids) != len(states) or len(positions) != len(states):
+            raise ValueError(f"det-infer: decode_batch takes 1..{BATCH_MAX} sequences with one token, position "
+                             "and state each")
+        if len({id(s) for s in states}) != len(states):
+            raise ValueError("det-infer: a state appears twice in one decode_batch")
+        token_ids = self._ids(token_ids, "token_ids")
+        for p, s in zip(positions, states):
+            if not (isinstance(p, int) and 0 <= p <= s.length and p < s.capacity):
+                raise ValueError(f"det-infer: position {p} is not decodable in a state with {s.length} filled "
+                                 f"positions and capacity {s.capacity}")
+        logits = self._forward(token_ids, list(positions), list(states), list(range(len(states))), [1] * len(states))
+        for p, s in zip(positions, states):
+            s.length = p + 1
+        return logits
+
+    def _stop_ids(self, stop_on_eos, stop_ids):
+        ids = list(stop_ids or [])
+        if stop_on_eos:
+            ids += list(self.config.eos_token_ids)
+        return torch.tensor(ids, dtype=torch.int32)
+
+    def generate_batch(self, prompts, max_new=128, *, stop_on_eos=False, stop_ids=None, return_logits=False):
+        """Greedy generation for up to batch_max() prompts (any lengths) in one native call. Returns
+        a list of token lists (and, with return_logits, a list of (steps, vocab) fp32 tensors)."""
+        if not isinstance(prompts, (list, tuple)) or not 1 <= len(prompts) <= BATCH_MAX:
+            raise ValueError(f"det-infer: generate_batch takes 1..{BATCH_MAX} prompts, got "
+                             f"{len(prompts) if isinstance(prompts, (list, tuple)) else type(prompts).__name__}")
+        if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
+            raise ValueError(f"det-infer: max_new must be a positive int, got {max_new!r}")
+        prompts = [self._ids(p, f"prompt {i}") for i, p in enumerate(prompts)]
+        states = []
+        for p in prompts:
+            self._check_length(len(p) + max_new)
+            states.append(KVState(self.config, len(p) + max_new))
+        B, V = len(prompts), self.config.vocab_size
+        offsets = [0]
+        for p in prompts:
+            offsets.append(offsets[-1] + len(p))
+        out = torch.empty((B, max_new), dtype=torch.int32)
+        lengths = torch.empty(B, dtype=torch.int64)
+        step_logits = torch.empty((B, max_new, V) if return_logits else (0,), dtype=torch.float32)
+        ops.mak_generate(self._weights, self._cfg_ints, self.config.rms_norm_eps, self._inv_freq,
+                         torch.tensor([t for p in prompts for t in p], dtype=torch.int32),
+                         torch.tensor(offsets, dtype=torch.int64), torch.zeros(B, dtype=torch.int64),
+                         [s.cache for s in states], max_new, self._stop_ids(stop_on_eos, stop_ids),
+                         out, lengths, step_logits)
+        streams = [out[b, : lengths[b]].tolist() for b in range(B)]
+        if return_logits:
+            return streams, [step_logits[b, : lengths[b]] for b in range(B)]
+        return streams
+
+    def generate(self, prompt_ids, max_new=128, single_launch=True, *, stop_on_eos=False, stop_ids=None,
+                 return_logits=False):
+        """Greedy generation. single_launch=True: the whole generation, prompt included, in one native
+        call. single_launch=False: one call for the prompt, then one per token (same tokens, same
+        logits)."""
+        if single_launch:
+            res = self.generate_batch([prompt_ids], max_new, stop_on_eos=stop_on_eos, stop_ids=stop_ids,
+                                      return_logits=return_logits)
+            return (res[0][0], res[1][0]) if return_logits else res[0]
+        if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
+            raise ValueError(f"det-infer: max_new must be a positive int, got {max_new!r}")
+        ids = self._ids(prompt_ids)
+        self._check_length(len(ids) + max_new)
+        state = KVState(self.config, len(ids) + max_new)
+        stops = set(self._stop_ids(stop_on_eos, stop_ids).tolist())
+        logits = self.prefill(ids, state)
+        tokens, all_logits = [], []
+        for step in range(max_new):
+            tok = int(ops.argmax_f32(logits))
+            tokens.append(tok)
+            all_logits.append(logits)
+            if tok in stops or step + 1 == max_new:
+                break
+            logits = self.decode_step(tok, state.length, state)
+        return (tokens, torch.stack(all_logits)) if return_logits else tokens
+
+    def teacher_forced_logits(self, ids) -> torch.Tensor:
+        """(len(ids), vocab) fp32 logits of every position of ids, on a fresh state."""
+        ids = self._ids(ids)
+        self._check_length(len(ids))
+        return self.prefill(ids, KVState(self.config, len(ids)), logits="all")

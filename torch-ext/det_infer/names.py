@@ -1,0 +1,74 @@
+"""One map from checkpoint tensor names to the engine's canonical order, and the rule that every
+tensor in a checkpoint is used exactly once (or named here as ignored)."""
+import re
+
+import torch
+
+# Per-layer tensors in the order the binding reads them (torch-ext/llama_binding.cpp, assemble()).
+LLAMA_LAYER_TENSORS = (
+    "input_layernorm.weight",
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "self_attn.q_norm.weight",  # qk-norm only
+    "self_attn.k_norm.weight",  # qk-norm only
+    "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+)
+_QK_NORM = {"self_attn.q_norm.weight", "self_attn.k_norm.weight"}
+# Present in some checkpoints, never used: buffers recomputed exactly by rope.py.
+IGNORED = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
+
+
+def llama_tensor_names(cfg):
+    """The checkpoint names the engine needs, in its canonical order."""
+    names = ["model.embed_tokens.weight", "model.norm.weight"]
+    if not cfg.tie_word_embeddings:
+        names.append("lm_head.weight")
+    for i in range(cfg.num_hidden_layers):
+        for t in LLAMA_LAYER_TENSORS:
+            if t in _QK_NORM and not cfg.qk_norm:
+                continue
+            names.append(f"model.layers.{i}.{t}")
+    return names
+
+
+def to_bf16(name, t):
+    """Weights run as bf16. bf16 is used as is (zero copy); fp32/fp16 are rounded to nearest even."""
+    if t.dtype == torch.bfloat16:
+        return t
+    if t.dtype in (torch.float32, torch.float16):
+        return t.to(torch.bfloat16)
+    raise ValueError(f"det-infer: tensor {name!r} has dtype {t.dtype}; weights must be bf16, fp16 or fp32")
+
+
+def select_llama_weights(cfg, tensors):
+    """The engine's weight list from a {name: tensor} checkpoint; errors list missing, unexpected
+    and misshapen tensors by name."""
+    needed = llama_tensor_names(cfg)
+    present = set(tensors)
+    missing = [n for n in needed if n not in present]
+    unused = sorted(n for n in present - set(needed) if not IGNORED.search(n))
+    if cfg.tie_word_embeddings and "lm_head.weight" in unused:
+        unused.remove("lm_head.weight")  # a tied head saved explicitly: the embedding is used
+    if missing:
+        raise ValueError(f"det-infer: checkpoint lacks {len(missing)} tensors the config needs, e.g. {missing[:5]}")
+    if unused:
+        raise ValueError(f"det-infer: checkpoint has {len(unused)} tensors this model does not use, e.g. {unused[:5]}")
+    H, D, I, V = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size, cfg.vocab_size
+    QD, KVD = cfg.num_attention_heads * D, cfg.num_key_value_heads * D
+    shapes = {"embed_tokens": (V, H), "model.norm": (H,), "lm_head": (V, H), "input_layernorm": (H,),
+              "q_proj": (QD, H), "k_proj": (KVD, H), "v_proj": (KVD, H), "o_proj": (H, QD),
+              "q_norm": (D,), "k_norm": (D,), "post_attention_layernorm": (H,), "gate_proj": (I, H),
+              "up_proj": (I, H), "down_proj": (H, I)}
+    out = []
+    for name in needed:
+        t = tensors[name]
+        key = next(k for k in shapes if k in name)
+        if tuple(t.shape) != shapes[key]:
+            raise ValueError(f"det-infer: tensor {name!r} has shape {tuple(t.shape)}, expected {shapes[key]}")
+        out.append(to_bf16(name, t).contiguous())
+    return out
