@@ -23,11 +23,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-# 2. The virtual environment, reinstalled only when requirements.txt changes.
+# 2. The virtual environment, reinstalled only when a requirements file changes.
 [ -x .venv/bin/python ] || python3.11 -m venv .venv
-req_hash=$(sha256sum requirements.txt | cut -d' ' -f1)
+req_hash=$(cat requirements.txt requirements-nodeps.txt | sha256sum | cut -d' ' -f1)
 if ! stamp_ok .venv/.requirements.sha256 "$req_hash"; then
   .venv/bin/pip install --disable-pip-version-check -q -r requirements.txt
+  .venv/bin/pip install --disable-pip-version-check -q --no-deps -r requirements-nodeps.txt
   echo "$req_hash" > .venv/.requirements.sha256
 fi
 

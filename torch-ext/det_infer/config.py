@@ -70,6 +70,10 @@ class ModelConfig:
         act = d.get("hidden_act", "silu")
         if act != "silu":
             raise ValueError(f"det-infer: config field 'hidden_act' = {act!r} is not supported (only 'silu')")
+        if d.get("quantization_config"):
+            method = d["quantization_config"].get("quant_method", "?") if isinstance(d["quantization_config"], dict) else "?"
+            raise ValueError(f"det-infer: config field 'quantization_config' ({method}) is not supported yet; "
+                             "load a bf16/fp16/fp32 checkpoint")
         _flag_off(d, "attention_bias", "no attention biases")
         _flag_off(d, "mlp_bias", "no MLP biases")
         if d.get("pretraining_tp", 1) not in (1, None):

@@ -166,14 +166,24 @@ class MegaModel:
     def prefill(self, ids, state: KVState = None, logits="last"):
         """Fill positions 0..n-1 of the state with the prompt (the state is reset first). Returns
         the fp32 logits of the last token, or of every token with logits="all"."""
+        state = state or self.state
+        state.reset()
+        return self.extend(ids, state, logits)
+
+    def extend(self, ids, state: KVState = None, logits="last"):
+        """Append tokens at the state's next positions in one call (a prefill, or a piece of one:
+        any split gives the same bits). Returns the last token's logits, or all with logits="all"."""
+        if logits not in ("last", "all"):
+            raise ValueError(f"det-infer: logits must be 'last' or 'all', got {logits!r}")
         ids = self._ids(ids)
         state = state or self.state
-        if len(ids) > state.capacity:
-            raise ValueError(f"det-infer: a {len(ids)}-token prompt does not fit a {state.capacity}-position state")
-        state.reset()
+        start = state.length
+        if start + len(ids) > state.capacity:
+            raise ValueError(f"det-infer: {len(ids)} tokens after {start} filled positions do not fit a "
+                             f"{state.capacity}-position state")
         want = [1] * len(ids) if logits == "all" else [0] * (len(ids) - 1) + [1]
-        out = self._forward(ids, list(range(len(ids))), [state], [0] * len(ids), want)
-        state.length = len(ids)
+        out = self._forward(ids, list(range(start, start + len(ids))), [state], [0] * len(ids), want)
+        state.length = start + len(ids)
         return out if logits == "all" else out[0]
 
     def decode_step(self, token_id, pos, state: KVState = None):

