@@ -20,12 +20,17 @@ DET_HD float det_reduce_tree256_f32(float* acc) {
   return acc[0];
 }
 
+// The loops below walk k in blocks of 256 (k = k0 + j): accumulator j takes the terms j, j+256, ...
+// in increasing order, exactly as "acc[k mod 256]", in a form compilers vectorize.
+
 // sum_k w[k] * x[k]; w is (K,) bf16 bits, x is (K,) fp32.
 DET_HD float det_dot_bf16_ref(const uint16_t* w, const float* x, long long K) {
   float acc[DET_REDUCE_LANES];
   for (int j = 0; j < DET_REDUCE_LANES; ++j) acc[j] = 0.0f;
-  for (long long k = 0; k < K; ++k)
-    acc[k % DET_REDUCE_LANES] = det_fma_f32(det_bf16_to_f32(w[k]), x[k], acc[k % DET_REDUCE_LANES]);
+  for (long long k0 = 0; k0 < K; k0 += DET_REDUCE_LANES) {
+    const long long n = K - k0 < DET_REDUCE_LANES ? K - k0 : DET_REDUCE_LANES;
+    for (long long j = 0; j < n; ++j) acc[j] = det_fma_f32(det_bf16_to_f32(w[k0 + j]), x[k0 + j], acc[j]);
+  }
   return det_reduce_tree256_f32(acc);
 }
 
@@ -33,8 +38,10 @@ DET_HD float det_dot_bf16_ref(const uint16_t* w, const float* x, long long K) {
 DET_HD float det_dot_f32_ref(const float* a, const float* b, long long K) {
   float acc[DET_REDUCE_LANES];
   for (int j = 0; j < DET_REDUCE_LANES; ++j) acc[j] = 0.0f;
-  for (long long k = 0; k < K; ++k)
-    acc[k % DET_REDUCE_LANES] = det_fma_f32(a[k], b[k], acc[k % DET_REDUCE_LANES]);
+  for (long long k0 = 0; k0 < K; k0 += DET_REDUCE_LANES) {
+    const long long n = K - k0 < DET_REDUCE_LANES ? K - k0 : DET_REDUCE_LANES;
+    for (long long j = 0; j < n; ++j) acc[j] = det_fma_f32(a[k0 + j], b[k0 + j], acc[j]);
+  }
   return det_reduce_tree256_f32(acc);
 }
 
@@ -42,7 +49,9 @@ DET_HD float det_dot_f32_ref(const float* a, const float* b, long long K) {
 DET_HD float det_sum_f32_ref(const float* a, long long K) {
   float acc[DET_REDUCE_LANES];
   for (int j = 0; j < DET_REDUCE_LANES; ++j) acc[j] = 0.0f;
-  for (long long k = 0; k < K; ++k)
-    acc[k % DET_REDUCE_LANES] = det_add_f32(acc[k % DET_REDUCE_LANES], a[k]);
+  for (long long k0 = 0; k0 < K; k0 += DET_REDUCE_LANES) {
+    const long long n = K - k0 < DET_REDUCE_LANES ? K - k0 : DET_REDUCE_LANES;
+    for (long long j = 0; j < n; ++j) acc[j] = det_add_f32(acc[j], a[k0 + j]);
+  }
   return det_reduce_tree256_f32(acc);
 }

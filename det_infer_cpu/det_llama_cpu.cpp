@@ -15,41 +15,16 @@
 #include "../contract/det_attention.h"
 #include "../contract/det_norm.h"
 #include "../contract/det_trig.h"
+#include "det_gemv_cpu.h"
 #include "det_parallel.h"
 
 namespace {
 
 constexpr int64_t kRowBlock = 64;  // rows carried through the layers together (scheduling only)
-constexpr int64_t kBatchLanes = 4;  // inputs sharing one converted weight row (scheduling only)
-
-// ---- GEMV: Y[b*ldy + r] = canonical dot(W[r, :], X[b*K .. b*K + K)) ---------------------------
-DET_CPU_CLONES void gemv_rows(const uint16_t* W, int64_t K, const float* X, int64_t B, float* Y,
-                              int64_t ldy, int64_t r0, int64_t r1) {
-  float wf[DET_REDUCE_LANES];
-  float acc[kBatchLanes][DET_REDUCE_LANES];
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint16_t* w = W + r * K;
-    for (int64_t b0 = 0; b0 < B; b0 += kBatchLanes) {
-      int64_t nb = std::min(kBatchLanes, B - b0);
-      for (int64_t bb = 0; bb < nb; ++bb)
-        for (int j = 0; j < DET_REDUCE_LANES; ++j) acc[bb][j] = 0.0f;
-      for (int64_t k0 = 0; k0 < K; k0 += DET_REDUCE_LANES) {
-        int64_t n = std::min<int64_t>(DET_REDUCE_LANES, K - k0);
-        for (int64_t j = 0; j < n; ++j) wf[j] = det_bf16_to_f32(w[k0 + j]);
-        for (int64_t bb = 0; bb < nb; ++bb) {
-          const float* x = X + (b0 + bb) * K + k0;
-          float* a = acc[bb];
-          for (int64_t j = 0; j < n; ++j) a[j] = det_fma_f32(wf[j], x[j], a[j]);
-        }
-      }
-      for (int64_t bb = 0; bb < nb; ++bb) Y[(b0 + bb) * ldy + r] = det_reduce_tree256_f32(acc[bb]);
-    }
-  }
-}
-
+constexpr int64_t kMinParallelRows = 8;  // norms of fewer rows run on the calling thread
 // Y (B, N) = X (B, K) times W (N, K) transposed, parallel over the N weight rows.
 void gemv(const uint16_t* W, int64_t N, int64_t K, const float* X, int64_t B, float* Y) {
-  det_parallel_chunks(N, [&](int64_t r0, int64_t r1) { gemv_rows(W, K, X, B, Y, N, r0, r1); });
+  det_parallel_chunks(N, [&](int64_t r0, int64_t r1) { det_gemv_rows(W, K, X, B, Y, N, r0, r1); });
 }
 
 // ---- elementwise steps --------------------------------------------------------------------------
@@ -60,7 +35,8 @@ DET_CPU_CLONES void rmsnorm_rows(const float* X, const uint16_t* w, float* Y, in
 
 // y = rmsnorm(x) * w for each of `rows` rows of length K (rows may be heads inside a vector).
 void rmsnorm(const float* X, const uint16_t* w, float* Y, int64_t rows, int64_t K, float eps) {
-  det_parallel_chunks(rows, [&](int64_t r0, int64_t r1) { rmsnorm_rows(X, w, Y, K, eps, r0, r1); });
+  det_parallel_chunks(rows, [&](int64_t r0, int64_t r1) { rmsnorm_rows(X, w, Y, K, eps, r0, r1); },
+                      kMinParallelRows);
 }
 
 DET_CPU_CLONES void add_into(float* x, const float* y, int64_t n) {

@@ -19,9 +19,15 @@
 #define DET_CPU_CLONES
 #endif
 
-// Runs body(begin, end) over [0, n), one static chunk per OpenMP thread.
+// Runs body(begin, end) over [0, n), one static chunk per OpenMP thread. Ranges shorter than
+// min_parallel run on the calling thread (which must hold its own det_fpenv_guard), since waking
+// the team costs more than the work.
 template <typename Body>
-void det_parallel_chunks(int64_t n, Body body) {
+void det_parallel_chunks(int64_t n, Body body, int64_t min_parallel = 1) {
+  if (n < min_parallel) {
+    if (n > 0) body(0, n);
+    return;
+  }
 #pragma omp parallel
   {
     det_fpenv_guard env;

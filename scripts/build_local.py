@@ -25,6 +25,7 @@ import subprocess
 import sys
 import sysconfig
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,22 +161,22 @@ def main():
     includes += [f"-I{sysconfig.get_paths()['include']}", f"-I{gen_dir}", f"-I{ROOT}"]
     base_cxx = ["-std=c++20", "-O3", "-fPIC", "-fno-gnu-unique", "-Wall"] + cxx_flags
 
-    objs = []
+    jobs = []
     for s in srcs:
         src = ROOT / s
         obj = obj_dir / (s.replace("/", "__") + ".o")
         if src.suffix == ".cpp":
-            run(["c++", *base_cxx, *defines, *includes, "-c", src, "-o", obj])
+            jobs.append((["c++", *base_cxx, *defines, *includes, "-c", src, "-o", obj], obj))
         elif src.suffix == ".cu":
             gencode = []
             for cap in caps:
                 sm = cap.replace(".", "")
                 gencode += ["-gencode", f"arch=compute_{sm},code=sm_{sm}"]
-            run([nvcc, "-std=c++20", "-O3", "-Xcompiler=-fPIC", *cuda_flags, *gencode, *defines,
-                 *includes, "-c", src, "-o", obj])
-        else:
-            continue
-        objs.append(obj)
+            jobs.append(([nvcc, "-std=c++20", "-O3", "-Xcompiler=-fPIC", *cuda_flags, *gencode, *defines,
+                          *includes, "-c", src, "-o", obj], obj))
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        list(pool.map(lambda job: run(job[0]), jobs))
+    objs = [obj for _, obj in jobs]
 
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("*.so"):

@@ -41,7 +41,8 @@ def test_build_toml_fields():
         for src in sec["src"]:
             assert (ROOT / src).is_file(), src
     listed = set(build["kernel"]["det_infer_cpu"]["src"])
-    on_disk = {str(p.relative_to(ROOT)) for d in ("contract", "det_infer_cpu") for p in (ROOT / d).iterdir()}
+    on_disk = {str(p.relative_to(ROOT)) for d in ("contract", "det_infer_cpu") for p in (ROOT / d).rglob("*")
+               if p.is_file() and "__pycache__" not in p.parts}
     assert listed == on_disk, "every CPU source and contract header is listed in build.toml"
 
 

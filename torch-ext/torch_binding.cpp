@@ -4,7 +4,9 @@
 #include <string>
 
 #include "../contract/det_unary.h"
+#include "../det_infer_cpu/det_gemv_cpu.h"
 #include "../det_infer_cpu/det_math_cpu.h"
+#include "../det_infer_cpu/det_parallel.h"
 #include "registration.h"
 #include "torch_binding.h"
 #if defined(CUDA_KERNEL)
@@ -123,6 +125,23 @@ int64_t argmax_f32(const torch::Tensor& x) {
 
 bool fpenv_probe() { return det_cpu_fpenv_probe() != 0; }
 
+void gemv_force_ref(bool on) { det_gemv_force_ref(on ? 1 : 0); }
+
+std::string gemv_engine(torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& x) {
+  check_dense(w, "w", torch::kBFloat16);
+  check_dense(x, "x", torch::kFloat32);
+  check_dense(out, "out", torch::kFloat32);
+  TORCH_CHECK_VALUE(w.is_cpu() && x.is_cpu() && out.is_cpu() && w.dim() == 2 && x.dim() == 2 && out.dim() == 2,
+                    "det-infer: gemv_engine takes CPU w (N, K), x (B, K), out (B, N)");
+  const int64_t N = w.size(0), K = w.size(1), B = x.size(0);
+  TORCH_CHECK_VALUE(x.size(1) == K && out.size(0) == B && out.size(1) == N, "det-infer: gemv_engine shape mismatch");
+  const uint16_t* wp = reinterpret_cast<const uint16_t*>(w.data_ptr());
+  const float* xp = x.data_ptr<float>();
+  float* yp = out.data_ptr<float>();
+  det_parallel_chunks(N, [&](int64_t r0, int64_t r1) { det_gemv_rows(wp, K, xp, B, yp, N, r0, r1); });
+  return det_gemv_impl_name(K);
+}
+
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // out = f(x) elementwise for a contract function f (exp, tanh, silu, gelu_tanh, rsqrt, bf16_round)
   ops.def("unary_f32(Tensor! out, Tensor x, str fn) -> ()");
@@ -146,6 +165,12 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // true when a native call runs under the IEEE FP environment it installs
   ops.def("fpenv_probe() -> bool");
   ops.impl("fpenv_probe", c10::DispatchKey::CompositeExplicitAutograd, &fpenv_probe);
+  // out (B, N) = x (B, K) times w (N, K)^T with the engine's GEMV; returns the version used
+  ops.def("gemv_engine(Tensor! out, Tensor w, Tensor x) -> str");
+  ops.impl("gemv_engine", torch::kCPU, &gemv_engine);
+  // force the portable reference GEMV in the engine (true) or let it choose (false): for A/B runs
+  ops.def("gemv_force_ref(bool on) -> ()");
+  ops.impl("gemv_force_ref", c10::DispatchKey::CompositeExplicitAutograd, &gemv_force_ref);
   register_llama_ops(ops);
 }
 

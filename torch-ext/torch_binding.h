@@ -11,6 +11,8 @@ void gemv_ref(torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& x
 void sum_ref(torch::Tensor& out, const torch::Tensor& x);
 int64_t argmax_f32(const torch::Tensor& x);
 bool fpenv_probe();
+void gemv_force_ref(bool on);
+std::string gemv_engine(torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& x);
 
 // llama_binding.cpp: the llama-family engine's ops, registered into the same library.
 void register_llama_ops(torch::Library& ops);

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""CPU throughput of det-infer on SmolLM2-135M-Instruct (bf16), side by side with transformers eager
+(fp32 and bf16), llama.cpp (bf16 GGUF of the same checkpoint, if benchmarks/build_llamacpp.sh has
+built it) and the memory-bandwidth floor. Prints the markdown table of docs/RESULTS.md §5.
+
+    .venv/bin/python benchmarks/bench_cpu.py [--threads 2] [--reps 3]
+
+Each engine runs in its own process (so peak RSS is its own); every figure is the median of
+--reps runs measured in this one invocation.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPT_LEN, DECODE_STEPS, BATCH = 128, 64, 16
+
+
+def _child(kind, threads):
+    """Runs one engine in this process and prints a JSON line of its numbers."""
+    import torch
+
+    torch.set_num_threads(threads)
+    sys.path.insert(0, str(ROOT / "tests"))
+    import real_models
+
+    ckpt = real_models.smollm2_checkpoint()
+    ids = [(17 * i + 3) % 40000 + 100 for i in range(PROMPT_LEN)]
+    out = {}
+    if kind == "det-infer":
+        os.environ.setdefault("LOCAL_KERNELS", f"phanerozoic/det-infer={ROOT / 'build'}")
+        from kernels import get_kernel
+
+        di = get_kernel("phanerozoic/det-infer", version=1)
+        base = _rss_mb()
+        mm = di.MegaModel.from_pretrained(ckpt, max_context=1024)
+        st = mm.new_state(PROMPT_LEN + DECODE_STEPS)
+        t = time.perf_counter()
+        mm.extend(ids, st)
+        out["prefill"] = PROMPT_LEN / (time.perf_counter() - t)
+        t = time.perf_counter()
+        for _ in range(DECODE_STEPS):
+            mm.decode_step(5, st.length, st)
+        out["decode_b1"] = DECODE_STEPS / (time.perf_counter() - t)
+        states = [mm.new_state(32 + DECODE_STEPS // 4) for _ in range(BATCH)]
+        for s in states:
+            mm.extend(ids[:32], s)
+        t = time.perf_counter()
+        for _ in range(DECODE_STEPS // 4):
+            mm.decode_batch([5] * BATCH, [s.length for s in states], states)
+        out["decode_b16"] = BATCH * (DECODE_STEPS // 4) / (time.perf_counter() - t)
+        kv_mb = (st.cache.numel() + sum(s.cache.numel() for s in states)) * 4 / 2**20
+        out["engine_mb"] = _peak_mb() - base
+        out["budget_mb"] = os.path.getsize(ckpt / "model.safetensors") / 2**20 + kv_mb + 50
+    else:
+        import transformers
+
+        dtype = torch.float32 if kind == "transformers-fp32" else torch.bfloat16
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=dtype).eval()
+        x = torch.tensor([ids])
+        with torch.no_grad():
+            t = time.perf_counter()
+            o = model(x, use_cache=True)
+            out["prefill"] = PROMPT_LEN / (time.perf_counter() - t)
+            cache, tok = o.past_key_values, torch.tensor([[5]])
+            t = time.perf_counter()
+            for _ in range(DECODE_STEPS):
+                cache = model(tok, past_key_values=cache, use_cache=True).past_key_values
+            out["decode_b1"] = DECODE_STEPS / (time.perf_counter() - t)
+            xb = torch.tensor([ids[:32]] * BATCH)
+            o = model(xb, use_cache=True)
+            cache, tok = o.past_key_values, torch.full((BATCH, 1), 5)
+            t = time.perf_counter()
+            for _ in range(DECODE_STEPS // 4):
+                cache = model(tok, past_key_values=cache, use_cache=True).past_key_values
+            out["decode_b16"] = BATCH * (DECODE_STEPS // 4) / (time.perf_counter() - t)
+    out["peak_rss_mb"] = _peak_mb()
+    print(json.dumps(out))
+
+
+def _rss_mb():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _peak_mb():
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def read_bandwidth(threads):
+    """GB/s of a multi-threaded sum over 1 GiB (median of 5): the memory read rate the floor uses."""
+    import torch
+
+    torch.set_num_threads(threads)
+    x = torch.ones(1 << 28, dtype=torch.float32)
+    x.sum()
+    times = []
+    for _ in range(5):
+        t = time.perf_counter()
+        x.sum()
+        times.append(time.perf_counter() - t)
+    return x.numel() * 4 / statistics.median(times) / 1e9
+
+
+def llamacpp(threads, ckpt):
+    """llama-bench on a bf16 GGUF converted from the same checkpoint: (prefill, decode) tok/s."""
+    bench = ROOT / "build/llamacpp/build/bin/llama-bench"
+    if not bench.exists():
+        return None
+    gguf = ROOT / "build/llamacpp/smollm2-135m-instruct-bf16.gguf"
+    if not gguf.exists():
+        subprocess.run([sys.executable, str(ROOT / "build/llamacpp/src/convert_hf_to_gguf.py"), str(ckpt),
+                        "--outtype", "bf16", "--outfile", str(gguf)], check=True, capture_output=True)
+    r = subprocess.run([str(bench), "-m", str(gguf), "-t", str(threads), "-p", str(PROMPT_LEN),
+                        "-n", str(DECODE_STEPS), "-r", "3", "-o", "json"], check=True, capture_output=True, text=True)
+    rows = json.loads(r.stdout)
+    pp = next(x["avg_ts"] for x in rows if x["n_prompt"] > 0)
+    tg = next(x["avg_ts"] for x in rows if x["n_gen"] > 0)
+    return pp, tg
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--child")
+    args = ap.parse_args()
+    if args.child:
+        return _child(args.child, args.threads)
+    sys.path.insert(0, str(ROOT / "tests"))
+    import real_models
+
+    ckpt = real_models.smollm2_checkpoint()
+    weight_bytes = os.path.getsize(ckpt / "model.safetensors")
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    results = {}
+    for kind in ("det-infer", "transformers-fp32", "transformers-bf16"):
+        runs = []
+        for _ in range(args.reps):
+            r = subprocess.run([sys.executable, __file__, "--child", kind, "--threads", str(args.threads)],
+                               env=env, check=True, capture_output=True, text=True)
+            runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+        results[kind] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    bw = read_bandwidth(args.threads)
+    lc = llamacpp(args.threads, ckpt)
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    print(f"{time.strftime('%Y-%m-%d')}, {cpu}, {args.threads} threads; medians of {args.reps} runs; "
+          f"prompt {PROMPT_LEN}, {DECODE_STEPS} decode steps, batch {BATCH}")
+    print("| engine | prefill tok/s | decode b1 tok/s | decode b16 tok/s (aggregate) | b16 / b1 | peak RSS MB |")
+    print("|---|---|---|---|---|---|")
+    for kind, r in results.items():
+        print(f"| {kind} | {r['prefill']:.0f} | {r['decode_b1']:.1f} | {r['decode_b16']:.1f} | "
+              f"{r['decode_b16'] / r['decode_b1']:.1f}x | {r['peak_rss_mb']:.0f} |")
+    if lc:
+        print(f"| llama.cpp bf16 (llama-bench -t {args.threads}) | {lc[0]:.0f} | {lc[1]:.1f} | | | |")
+    print(f"| bandwidth floor ({weight_bytes / 1e6:.0f} MB of bf16 weights at {bw:.1f} GB/s read) | | "
+          f"{bw * 1e9 / weight_bytes:.1f} | | | |")
+    d = results["det-infer"]
+    print(f"\ndet-infer / transformers-bf16 decode b1: {d['decode_b1'] / results['transformers-bf16']['decode_b1']:.1f}x")
+    if lc:
+        print(f"det-infer / llama.cpp: decode b1 {d['decode_b1'] / lc[1]:.2f}x, prefill {d['prefill'] / lc[0]:.2f}x")
+    print(f"det-infer memory above the process baseline (torch imported): peak {d['engine_mb']:.0f} MB, "
+          f"budget (bf16 weights + its KV caches + 50 MB) {d['budget_mb']:.0f} MB")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
