@@ -115,8 +115,10 @@ def llamacpp(threads, ckpt):
         return None
     gguf = ROOT / "build/llamacpp/smollm2-135m-instruct-bf16.gguf"
     if not gguf.exists():
-        subprocess.run([sys.executable, str(ROOT / "build/llamacpp/src/convert_hf_to_gguf.py"), str(ckpt),
-                        "--outtype", "bf16", "--outfile", str(gguf)], check=True, capture_output=True)
+        convert = next((ROOT / "build/llamacpp").glob("llama_cpp_python-*/vendor/llama.cpp/convert_hf_to_gguf.py"))
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "build/llamacpp/pydeps"))
+        subprocess.run([sys.executable, str(convert), str(ckpt), "--outtype", "bf16", "--outfile", str(gguf)],
+                       check=True, capture_output=True, env=env)
     r = subprocess.run([str(bench), "-m", str(gguf), "-t", str(threads), "-p", str(PROMPT_LEN),
                         "-n", str(DECODE_STEPS), "-r", "3", "-o", "json"], check=True, capture_output=True, text=True)
     rows = json.loads(r.stdout)

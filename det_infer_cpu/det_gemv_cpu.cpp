@@ -1,6 +1,9 @@
 // det_gemv_cpu.cpp: the reference GEMV and the run-time choice between it and the ISA versions.
 #include "det_gemv_cpu.h"
 
+#include "../contract/det_act.h"
+#include "det_act_cpu.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,16 +24,17 @@ bool force_ref() {
   return g_force_ref == 1;
 }
 
-bool use_avx2(int64_t K) {
+bool use_avx2(int64_t K) { return det_cpu_has_avx2() && K % 16 == 0; }
+}  // namespace
+
+bool det_cpu_has_avx2() {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has && K % 16 == 0 && !force_ref();
+  return has && !force_ref();
 #else
-  (void)K;
   return false;
 #endif
 }
-}  // namespace
 
 DET_CPU_CLONES void det_gemv_rows_ref(const uint16_t* W, int64_t K, const float* X, int64_t B, float* Y,
                                       int64_t ldy, int64_t r0, int64_t r1) {
@@ -67,3 +71,27 @@ void det_gemv_rows(const uint16_t* W, int64_t K, const float* X, int64_t B, floa
 const char* det_gemv_impl_name(int64_t K) { return use_avx2(K) ? "avx2" : "ref"; }
 
 void det_gemv_force_ref(int on) { g_force_ref = on ? 1 : 0; }
+
+// ---- elementwise steps (det_act_cpu.h) ------------------------------------------------------------
+namespace {
+DET_CPU_CLONES void silu_mul_ref(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = det_mul_f32(det_silu_f32(gate[i]), up[i]);
+}
+DET_CPU_CLONES void exp_sub_ref(const float* s, float m, float* e, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) e[i] = det_exp_f32(det_sub_f32(s[i], m));
+}
+}  // namespace
+
+void det_silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+#if defined(__x86_64__)
+  if (det_cpu_has_avx2()) return det_silu_mul_avx2(gate, up, out, n);
+#endif
+  silu_mul_ref(gate, up, out, n);
+}
+
+void det_exp_sub(const float* s, float m, float* e, int64_t n) {
+#if defined(__x86_64__)
+  if (det_cpu_has_avx2()) return det_exp_sub_avx2(s, m, e, n);
+#endif
+  exp_sub_ref(s, m, e, n);
+}

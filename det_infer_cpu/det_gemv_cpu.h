@@ -16,6 +16,9 @@ void det_gemv_rows_avx2(const uint16_t* W, int64_t K, const float* X, int64_t B,
                         int64_t r0, int64_t r1);
 #endif
 
+// True when this CPU has AVX2 + FMA and the reference is not forced.
+bool det_cpu_has_avx2();
+
 // Picks the fastest version this CPU and K allow.
 void det_gemv_rows(const uint16_t* W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
                    int64_t r0, int64_t r1);

@@ -15,6 +15,7 @@
 #include "../contract/det_attention.h"
 #include "../contract/det_norm.h"
 #include "../contract/det_trig.h"
+#include "det_act_cpu.h"
 #include "det_gemv_cpu.h"
 #include "det_parallel.h"
 
@@ -43,10 +44,6 @@ DET_CPU_CLONES void add_into(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = det_add_f32(x[i], y[i]);
 }
 
-DET_CPU_CLONES void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = det_mul_f32(det_silu_f32(gate[i]), up[i]);
-}
-
 // Rotates each head of v (heads x head_dim) in place by the row's (sin, cos) table.
 void rope_heads(float* v, int64_t heads, int64_t head_dim, int64_t pairs, const det_sincos_f32* sc) {
   for (int64_t h = 0; h < heads; ++h) {
@@ -66,7 +63,7 @@ DET_CPU_CLONES void attend(const float* q, const float* kc, const float* vc, int
                            AttnScratch& s) {
   det_attn_acc run = {0.0f, 0.0f};
   bool first = true;
-  float score[DET_ATTN_CHUNK], l_acc[DET_REDUCE_LANES];
+  float score[DET_ATTN_CHUNK], ex[DET_ATTN_CHUNK], l_acc[DET_REDUCE_LANES];
   for (int64_t c = lo / DET_ATTN_CHUNK; c <= p / DET_ATTN_CHUNK; ++c) {
     const int64_t base = c * DET_ATTN_CHUNK;
     const int64_t j0 = std::max(lo, base) - base, j1 = std::min(p, base + DET_ATTN_CHUNK - 1) - base;
@@ -77,8 +74,9 @@ DET_CPU_CLONES void attend(const float* q, const float* kc, const float* vc, int
     }
     for (int j = 0; j < DET_REDUCE_LANES; ++j) l_acc[j] = 0.0f;
     std::fill(s.slot_o.begin(), s.slot_o.end(), 0.0f);
+    det_exp_sub(score + j0, m, ex + j0, j1 - j0 + 1);
     for (int64_t j = j0; j <= j1; ++j) {
-      float e = det_exp_f32(det_sub_f32(score[j], m));
+      const float e = ex[j];
       l_acc[j] = det_add_f32(l_acc[j], e);
       const float* v = vc + (base + j) * stride;
       float* so = s.slot_o.data() + j * D;
@@ -172,7 +170,7 @@ void forward_block(const det_llama_model* m, int64_t B, const int32_t* tokens,
     gemv(L.w_gate, I, H, w.h.data(), B, w.gate.data());
     gemv(L.w_up, I, H, w.h.data(), B, w.up.data());
     det_parallel_chunks(B * I, [&](int64_t i0, int64_t i1) {
-      silu_mul(w.gate.data() + i0, w.up.data() + i0, w.gate.data() + i0, i1 - i0);
+      det_silu_mul(w.gate.data() + i0, w.up.data() + i0, w.gate.data() + i0, i1 - i0);
     });
     gemv(L.w_down, H, I, w.gate.data(), B, w.tmp.data());
     add_into(w.x.data(), w.tmp.data(), B * H);

@@ -2,8 +2,10 @@
 #include <torch/library.h>
 
 #include <string>
+#include <vector>
 
 #include "../contract/det_unary.h"
+#include "../det_infer_cpu/det_act_cpu.h"
 #include "../det_infer_cpu/det_gemv_cpu.h"
 #include "../det_infer_cpu/det_math_cpu.h"
 #include "../det_infer_cpu/det_parallel.h"
@@ -127,6 +129,23 @@ bool fpenv_probe() { return det_cpu_fpenv_probe() != 0; }
 
 void gemv_force_ref(bool on) { det_gemv_force_ref(on ? 1 : 0); }
 
+void act_engine(torch::Tensor& out, const torch::Tensor& x, const std::string& fn) {
+  check_dense(x, "x", torch::kFloat32);
+  check_dense(out, "out", torch::kFloat32);
+  TORCH_CHECK_VALUE(x.is_cpu() && out.is_cpu() && out.numel() == x.numel(),
+                    "det-infer: act_engine takes CPU tensors of one size");
+  const int64_t n = x.numel();
+  det_fpenv_guard env;
+  if (fn == "exp") {
+    det_exp_sub(x.data_ptr<float>(), 0.0f, out.data_ptr<float>(), n);  // exp(fl(x - 0)) = exp(x)
+  } else if (fn == "silu") {
+    std::vector<float> ones(n, 1.0f);                                    // silu(x) * 1 = silu(x)
+    det_silu_mul(x.data_ptr<float>(), ones.data(), out.data_ptr<float>(), n);
+  } else {
+    TORCH_CHECK_VALUE(false, "det-infer: act_engine supports exp, silu; got '", fn, "'");
+  }
+}
+
 std::string gemv_engine(torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& x) {
   check_dense(w, "w", torch::kBFloat16);
   check_dense(x, "x", torch::kFloat32);
@@ -171,6 +190,9 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // force the portable reference GEMV in the engine (true) or let it choose (false): for A/B runs
   ops.def("gemv_force_ref(bool on) -> ()");
   ops.impl("gemv_force_ref", c10::DispatchKey::CompositeExplicitAutograd, &gemv_force_ref);
+  // the engine's vectorized exp(x) or silu(x) (for tests against unary_f32)
+  ops.def("act_engine(Tensor! out, Tensor x, str fn) -> ()");
+  ops.impl("act_engine", torch::kCPU, &act_engine);
   register_llama_ops(ops);
 }
 

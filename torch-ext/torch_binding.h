@@ -12,6 +12,7 @@ void sum_ref(torch::Tensor& out, const torch::Tensor& x);
 int64_t argmax_f32(const torch::Tensor& x);
 bool fpenv_probe();
 void gemv_force_ref(bool on);
+void act_engine(torch::Tensor& out, const torch::Tensor& x, const std::string& fn);
 std::string gemv_engine(torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& x);
 
 // llama_binding.cpp: the llama-family engine's ops, registered into the same library.
