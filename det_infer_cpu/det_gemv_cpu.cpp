@@ -68,6 +68,13 @@ void det_gemv_rows(const uint16_t* W, int64_t K, const float* X, int64_t B, floa
   det_gemv_rows_ref(W, K, X, B, Y, ldy, r0, r1);
 }
 
+float det_dot_f32(const float* a, const float* b, int64_t K) {
+#if defined(__x86_64__)
+  if (det_cpu_has_avx2() && K % 8 == 0) return det_dot_f32_avx2(a, b, K);
+#endif
+  return det_dot_f32_ref(a, b, K);
+}
+
 const char* det_gemv_impl_name(int64_t K) { return use_avx2(K) ? "avx2" : "ref"; }
 
 void det_gemv_force_ref(int on) { g_force_ref = on ? 1 : 0; }

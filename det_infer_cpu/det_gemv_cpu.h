@@ -19,6 +19,12 @@ void det_gemv_rows_avx2(const uint16_t* W, int64_t K, const float* X, int64_t B,
 // True when this CPU has AVX2 + FMA and the reference is not forced.
 bool det_cpu_has_avx2();
 
+// Canonical dot of two fp32 vectors, same bits as det_dot_f32_ref (attention scores).
+float det_dot_f32(const float* a, const float* b, int64_t K);
+#if defined(__x86_64__)
+float det_dot_f32_avx2(const float* a, const float* b, int64_t K);  // K % 8 == 0
+#endif
+
 // Picks the fastest version this CPU and K allow.
 void det_gemv_rows(const uint16_t* W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
                    int64_t r0, int64_t r1);

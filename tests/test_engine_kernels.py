@@ -62,3 +62,16 @@ def test_engine_activations_equal_the_contract(di, fn):
     out = torch.empty_like(x)
     di.ops.act_engine(out, x, fn)
     assert torch.equal(out.view(torch.int32), di.contract.unary(x, fn).view(torch.int32))
+
+
+def test_engine_dot_equals_the_contract(di):
+    """The attention-score dot of the engine (AVX2 where available) against det_dot_f32_ref."""
+    rng = np.random.default_rng(5)
+    x = torch.from_numpy((rng.standard_normal(64 * 5000) * 10.0 ** rng.uniform(-20, 20, 64 * 5000)).astype(np.float32))
+    x[:64] = 0.0
+    x[64:128] = -0.0
+    out = torch.empty(x.numel())
+    di.ops.act_engine(out, x, "dot64")
+    rows = x.view(-1, 64)
+    want = torch.stack([di.contract.gemv(r.view(1, 64), r)[0] for r in rows])
+    assert torch.equal(out[: rows.shape[0]].view(torch.int32), want.view(torch.int32))
