@@ -100,7 +100,7 @@ DET_CPU_CLONES void attend(const float* q, const float* kc, const float* vc, int
     const int64_t j0 = std::max(lo, base) - base, j1 = std::min(p, base + DET_ATTN_CHUNK - 1) - base;
     float m = 0.0f;
     for (int64_t j = j0; j <= j1; ++j) {
-      score[j] = det_mul_f32(det_dot_f32(q, kc + (base + j) * stride, D), scale);  // det_attn_score_f32
+      score[j] = det_mul_f32(det_dot_f32(q, kc + (base + j) * stride, D), scale);
       m = (j == j0 || score[j] > m) ? score[j] : m;
     }
     for (int j = 0; j < DET_REDUCE_LANES; ++j) l_acc[j] = 0.0f;
