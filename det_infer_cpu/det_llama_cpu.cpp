@@ -15,8 +15,7 @@
 #include "../contract/det_attention.h"
 #include "../contract/det_norm.h"
 #include "../contract/det_trig.h"
-#include "det_act_cpu.h"
-#include "det_gemv_cpu.h"
+#include "det_kernels_cpu.h"
 #include "det_parallel.h"
 
 namespace {

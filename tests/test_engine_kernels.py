@@ -16,32 +16,41 @@ def _reference(di, w, x):
     return torch.stack([di.contract.gemv(w, x[b]) for b in range(x.shape[0])])
 
 
+@pytest.fixture
+def isa(di, request):
+    """Caps the engine at an ISA level for one test (0 ref, 1 avx2), then uncaps it."""
+    di.ops.isa_cap(request.param)
+    yield request.param
+    di.ops.isa_cap(1)
+
+
+@pytest.mark.parametrize("isa", [0, 1], indirect=True, ids=["ref", "avx2"])
 @pytest.mark.parametrize("K", [8, 16, 64, 256, 272, 576, 1000, 1536, 2064])
 @pytest.mark.parametrize("B", [1, 2, 3, 4, 5, 7, 16])
-def test_engine_gemv_equals_reference(di, K, B):
+def test_engine_gemv_equals_reference(di, isa, K, B):
     rng = np.random.default_rng(K * 31 + B)
     N = 37  # not a multiple of any row tile
     w = torch.from_numpy(rng.standard_normal((N, K)).astype(np.float32)).to(torch.bfloat16)
     x = torch.from_numpy((rng.standard_normal((B, K)) * 10.0 ** rng.uniform(-2, 2, (B, K))).astype(np.float32))
     out = torch.empty((B, N), dtype=torch.float32)
     impl = di.ops.gemv_engine(out, w, x)
-    assert impl in ("avx2", "ref")
+    assert impl == ("ref", "avx2")[isa] or (impl == "ref" and K % 16)
     assert torch.equal(out.view(torch.int32), _reference(di, w, x).view(torch.int32)), impl
 
 
-def test_engine_uses_the_isa_path_here(di):
-    """On an AVX2 machine the fast path is really exercised by the test above."""
-    cpu = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    if "avx2" not in cpu.split() or "fma" not in cpu.split():
+def test_engine_uses_the_isa_paths_here(di):
+    """On a CPU with AVX2 the fast paths are really exercised by the test above."""
+    flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    if "avx2" not in flags or "fma" not in flags:
         pytest.skip("no AVX2/FMA here")
-    out = torch.empty((1, 1))
-    assert di.ops.gemv_engine(out, torch.ones(1, 576, dtype=torch.bfloat16), torch.ones(1, 576)) == "avx2"
-    assert di.ops.gemv_engine(out, torch.ones(1, 584, dtype=torch.bfloat16), torch.ones(1, 584)) == "ref"
+    impl = lambda K, B: di.ops.gemv_engine(torch.empty((B, 1)), torch.ones(1, K, dtype=torch.bfloat16), torch.ones(B, K))
+    assert impl(576, 1) == "avx2" and impl(576, 4) == "avx2" and impl(584, 1) == "ref"
 
 
-def test_reference_gemv_path_gives_the_pinned_digests():
-    """DET_INFER_GEMV=ref forces the portable loops in the whole engine: same certificate."""
-    env = dict(os.environ, DET_INFER_GEMV="ref", LOCAL_KERNELS=f"phanerozoic/det-infer={ROOT / 'build'}")
+@pytest.mark.parametrize("level", ["ref"])
+def test_capped_isa_gives_the_pinned_digests(level):
+    """DET_INFER_GEMV=ref forces the portable loops in every kernel of the engine: same certificate."""
+    env = dict(os.environ, DET_INFER_GEMV=level, LOCAL_KERNELS=f"phanerozoic/det-infer={ROOT / 'build'}")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                         str(ROOT / "tests" / "test_det_infer.py"), "-k",
                         "teacher_forced_digest and (llama or qwen3 or mistral)"],
@@ -50,8 +59,9 @@ def test_reference_gemv_path_gives_the_pinned_digests():
     assert "3 passed" in r.stdout
 
 
+@pytest.mark.parametrize("isa", [1], indirect=True, ids=["avx2"])
 @pytest.mark.parametrize("fn", ["exp", "silu"])
-def test_engine_activations_equal_the_contract(di, fn):
+def test_engine_activations_equal_the_contract(di, isa, fn):
     """The vectorized exp / silu of the engine against the scalar contract, bit for bit, over the
     10-million-input accuracy sets (every range, edge and special value) plus raw bit patterns."""
     import accuracy
@@ -64,7 +74,8 @@ def test_engine_activations_equal_the_contract(di, fn):
     assert torch.equal(out.view(torch.int32), di.contract.unary(x, fn).view(torch.int32))
 
 
-def test_engine_dot_equals_the_contract(di):
+@pytest.mark.parametrize("isa", [1], indirect=True, ids=["avx2"])
+def test_engine_dot_equals_the_contract(di, isa):
     """The attention-score dot of the engine (AVX2 where available) against det_dot_f32_ref."""
     rng = np.random.default_rng(5)
     x = torch.from_numpy((rng.standard_normal(64 * 5000) * 10.0 ** rng.uniform(-20, 20, 64 * 5000)).astype(np.float32))

@@ -5,8 +5,7 @@
 #include <vector>
 
 #include "../contract/det_unary.h"
-#include "../det_infer_cpu/det_act_cpu.h"
-#include "../det_infer_cpu/det_gemv_cpu.h"
+#include "../det_infer_cpu/det_kernels_cpu.h"
 #include "../det_infer_cpu/det_math_cpu.h"
 #include "../det_infer_cpu/det_parallel.h"
 #include "registration.h"
@@ -127,7 +126,11 @@ int64_t argmax_f32(const torch::Tensor& x) {
 
 bool fpenv_probe() { return det_cpu_fpenv_probe() != 0; }
 
-void gemv_force_ref(bool on) { det_gemv_force_ref(on ? 1 : 0); }
+void isa_cap(int64_t level) {
+  TORCH_CHECK_VALUE(level >= DET_ISA_REF && level <= DET_ISA_AVX2,
+                    "det-infer: ISA level must be 0 (ref) or 1 (avx2), got ", level);
+  det_set_isa_cap((int)level);
+}
 
 void act_engine(torch::Tensor& out, const torch::Tensor& x, const std::string& fn) {
   check_dense(x, "x", torch::kFloat32);
@@ -162,7 +165,7 @@ std::string gemv_engine(torch::Tensor& out, const torch::Tensor& w, const torch:
   const float* xp = x.data_ptr<float>();
   float* yp = out.data_ptr<float>();
   det_parallel_chunks(N, [&](int64_t r0, int64_t r1) { det_gemv_rows(wp, K, xp, B, yp, N, r0, r1); });
-  return det_gemv_impl_name(K);
+  return det_gemv_impl_name(K, B);
 }
 
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
@@ -191,9 +194,9 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // out (B, N) = x (B, K) times w (N, K)^T with the engine's GEMV; returns the version used
   ops.def("gemv_engine(Tensor! out, Tensor w, Tensor x) -> str");
   ops.impl("gemv_engine", torch::kCPU, &gemv_engine);
-  // force the portable reference GEMV in the engine (true) or let it choose (false): for A/B runs
-  ops.def("gemv_force_ref(bool on) -> ()");
-  ops.impl("gemv_force_ref", c10::DispatchKey::CompositeExplicitAutograd, &gemv_force_ref);
+  // cap the engine's kernels at an ISA level (0 ref, 1 avx2; above the CPU's = the CPU's)
+  ops.def("isa_cap(int level) -> ()");
+  ops.impl("isa_cap", c10::DispatchKey::CompositeExplicitAutograd, &isa_cap);
   // the engine's vectorized exp(x) or silu(x) (for tests against unary_f32)
   ops.def("act_engine(Tensor! out, Tensor x, str fn) -> ()");
   ops.impl("act_engine", torch::kCPU, &act_engine);

@@ -11,7 +11,7 @@ void gemv_ref(torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& x
 void sum_ref(torch::Tensor& out, const torch::Tensor& x);
 int64_t argmax_f32(const torch::Tensor& x);
 bool fpenv_probe();
-void gemv_force_ref(bool on);
+void isa_cap(int64_t level);
 void act_engine(torch::Tensor& out, const torch::Tensor& x, const std::string& fn);
 std::string gemv_engine(torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& x);
 

@@ -6,7 +6,7 @@
 #include <immintrin.h>
 
 #include "../../contract/det_act.h"
-#include "../det_act_cpu.h"
+#include "../det_kernels_cpu.h"
 
 #define DET_AVX2 __attribute__((target("avx2,fma")))
 

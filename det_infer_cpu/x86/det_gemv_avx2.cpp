@@ -15,7 +15,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "../det_gemv_cpu.h"
+#include "../det_kernels_cpu.h"
 
 #define DET_AVX2 __attribute__((target("avx2,fma")))
 

@@ -1,0 +1,113 @@
+// det_kernels_cpu.cpp: the reference versions of the engine's kernels (the contract's literal
+// loops) and the run-time choice between them and the ISA versions in x86/.
+#include "det_kernels_cpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+
+#include "../contract/det_act.h"
+#include "../contract/det_reduce.h"
+#include "det_parallel.h"
+
+namespace {
+
+constexpr int64_t kBatchLanes = 4;  // inputs sharing one converted weight row (scheduling only)
+int g_isa_cap = -1;                 // highest level allowed; -1: read DET_INFER_GEMV once
+
+int hardware_isa() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const int isa =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? DET_ISA_AVX2 : DET_ISA_REF;
+  return isa;
+#else
+  return DET_ISA_REF;
+#endif
+}
+
+int gemv_isa(int64_t K, int64_t B) {
+  (void)B;
+  return det_cpu_isa() >= DET_ISA_AVX2 && K % 16 == 0 ? DET_ISA_AVX2 : DET_ISA_REF;
+}
+
+DET_CPU_CLONES void silu_mul_ref(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = det_mul_f32(det_silu_f32(gate[i]), up[i]);
+}
+
+DET_CPU_CLONES void exp_sub_ref(const float* s, float m, float* e, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) e[i] = det_exp_f32(det_sub_f32(s[i], m));
+}
+
+}  // namespace
+
+int det_cpu_isa() {
+  if (g_isa_cap < 0) {
+    const char* e = getenv("DET_INFER_GEMV");
+    g_isa_cap = (e && strcmp(e, "ref") == 0) ? DET_ISA_REF : DET_ISA_AVX2;
+  }
+  return std::min(hardware_isa(), g_isa_cap);
+}
+
+void det_set_isa_cap(int level) { g_isa_cap = level; }
+
+// The literal 256-residue loops; each converted weight row serves kBatchLanes inputs.
+DET_CPU_CLONES void det_gemv_rows_ref(const uint16_t* W, int64_t K, const float* X, int64_t B, float* Y,
+                                      int64_t ldy, int64_t r0, int64_t r1) {
+  float wf[DET_REDUCE_LANES];
+  float acc[kBatchLanes][DET_REDUCE_LANES];
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint16_t* w = W + r * K;
+    for (int64_t b0 = 0; b0 < B; b0 += kBatchLanes) {
+      int64_t nb = std::min(kBatchLanes, B - b0);
+      for (int64_t bb = 0; bb < nb; ++bb)
+        for (int j = 0; j < DET_REDUCE_LANES; ++j) acc[bb][j] = 0.0f;
+      for (int64_t k0 = 0; k0 < K; k0 += DET_REDUCE_LANES) {
+        int64_t n = std::min<int64_t>(DET_REDUCE_LANES, K - k0);
+        for (int64_t j = 0; j < n; ++j) wf[j] = det_bf16_to_f32(w[k0 + j]);
+        for (int64_t bb = 0; bb < nb; ++bb) {
+          const float* x = X + (b0 + bb) * K + k0;
+          float* a = acc[bb];
+          for (int64_t j = 0; j < n; ++j) a[j] = det_fma_f32(wf[j], x[j], a[j]);
+        }
+      }
+      for (int64_t bb = 0; bb < nb; ++bb) Y[(b0 + bb) * ldy + r] = det_reduce_tree256_f32(acc[bb]);
+    }
+  }
+}
+
+void det_gemv_rows(const uint16_t* W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
+                   int64_t r0, int64_t r1) {
+  switch (gemv_isa(K, B)) {
+#if defined(__x86_64__)
+    case DET_ISA_AVX2: return det_gemv_rows_avx2(W, K, X, B, Y, ldy, r0, r1);
+#endif
+    default: return det_gemv_rows_ref(W, K, X, B, Y, ldy, r0, r1);
+  }
+}
+
+const char* det_gemv_impl_name(int64_t K, int64_t B) {
+  static const char* const names[] = {"ref", "avx2"};
+  return names[gemv_isa(K, B)];
+}
+
+float det_dot_f32(const float* a, const float* b, int64_t K) {
+#if defined(__x86_64__)
+  if (det_cpu_isa() >= DET_ISA_AVX2 && K % 8 == 0) return det_dot_f32_avx2(a, b, K);
+#endif
+  return det_dot_f32_ref(a, b, K);
+}
+
+void det_silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+#if defined(__x86_64__)
+  if (det_cpu_isa() >= DET_ISA_AVX2) return det_silu_mul_avx2(gate, up, out, n);
+#endif
+  silu_mul_ref(gate, up, out, n);
+}
+
+void det_exp_sub(const float* s, float m, float* e, int64_t n) {
+#if defined(__x86_64__)
+  if (det_cpu_isa() >= DET_ISA_AVX2) return det_exp_sub_avx2(s, m, e, n);
+#endif
+  exp_sub_ref(s, m, e, n);
+}
