@@ -84,8 +84,8 @@ void rope_heads(float* v, int64_t heads, int64_t head_dim, int64_t pairs, const 
 
 // ---- attention of one (row, head): docs/SPEC.md §13.4 -------------------------------------------
 struct AttnScratch {
-  std::vector<float> slot_o;  // (DET_ATTN_CHUNK, D): per-slot products, then the slot tree
-  std::vector<float> o, O;    // (D,) chunk numerator and running numerator
+  std::vector<float> slot_o;  // (DET_ATTN_CHUNK, D): per-slot products; after the tree, row 0 is o
+  std::vector<float> O;       // (D,) the running numerator
 };
 
 DET_CPU_CLONES void attend(const float* q, const float* kc, const float* vc, int64_t stride,
@@ -121,8 +121,7 @@ DET_CPU_CLONES void attend(const float* q, const float* kc, const float* vc, int
         const float* b = s.slot_o.data() + (j + half) * D;
         for (int64_t d = 0; d < D; ++d) a[d] = det_add_f32(a[d], b[d]);
       }
-    memcpy(s.o.data(), s.slot_o.data(), D * sizeof(float));
-    det_attn_combine_f32(&run, s.O.data(), {m, l}, s.o.data(), D, first);
+    det_attn_combine_f32(&run, s.O.data(), {m, l}, s.slot_o.data(), D, first);
     first = false;
   }
   for (int64_t d = 0; d < D; ++d) out[d] = det_div_f32(s.O[d], run.l);
@@ -182,7 +181,6 @@ void forward_block(const det_llama_model* m, int64_t B, const int32_t* tokens,
     det_parallel_chunks(B * m->n_heads, [&](int64_t t0, int64_t t1) {
       AttnScratch s;
       s.slot_o.resize(DET_ATTN_CHUNK * D);
-      s.o.resize(D);
       s.O.resize(D);
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t b = t / m->n_heads, hd = t % m->n_heads, g = hd / group, p = positions[b];
