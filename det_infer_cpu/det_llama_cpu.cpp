@@ -103,8 +103,9 @@ DET_CPU_CLONES void attend(const float* q, const float* kc, const float* vc, int
       m = (j == j0 || score[j] > m) ? score[j] : m;
     }
     for (int j = 0; j < DET_REDUCE_LANES; ++j) l_acc[j] = 0.0f;
-    std::fill(s.slot_o.begin(), s.slot_o.end(), 0.0f);
     det_exp_sub(score + j0, m, ex + j0, j1 - j0 + 1);
+    bool live[DET_ATTN_CHUNK];
+    for (int64_t j = 0; j < DET_ATTN_CHUNK; ++j) live[j] = j >= j0 && j <= j1;
     for (int64_t j = j0; j <= j1; ++j) {
       const float e = ex[j];
       l_acc[j] = det_add_f32(l_acc[j], e);
@@ -115,11 +116,21 @@ DET_CPU_CLONES void attend(const float* q, const float* kc, const float* vc, int
       for (int64_t d = 0; d < D; ++d) so[d] = det_add_f32(det_fma_f32(e, v[d], 0.0f), 0.0f);
     }
     float l = det_reduce_tree256_f32(l_acc);
+    // The slot tree. An empty slot holds +0 in every dimension; no slot value is ever -0 (the
+    // normalization above, and a sum of two non-(-0) values is never -0), so adding an empty slot
+    // changes nothing and adding into an empty slot copies: both are skipped or done as copies,
+    // and empty slots are never written or read.
     for (int64_t half = DET_ATTN_CHUNK / 2; half >= 1; half /= 2)
       for (int64_t j = 0; j < half; ++j) {
+        if (!live[j + half]) continue;
         float* a = s.slot_o.data() + j * D;
         const float* b = s.slot_o.data() + (j + half) * D;
-        for (int64_t d = 0; d < D; ++d) a[d] = det_add_f32(a[d], b[d]);
+        if (live[j]) {
+          for (int64_t d = 0; d < D; ++d) a[d] = det_add_f32(a[d], b[d]);
+        } else {
+          memcpy(a, b, D * sizeof(float));
+          live[j] = true;
+        }
       }
     det_attn_combine_f32(&run, s.O.data(), {m, l}, s.slot_o.data(), D, first);
     first = false;
