@@ -105,6 +105,31 @@ class MegaModel:
                 raise ValueError(f"det-infer: {cfg_path} is not valid JSON ({e})") from None
         return cls(cfg, safetensors_io.load_checkpoint(directory), device=device, max_context=max_context)
 
+    @classmethod
+    def from_gguf(cls, path, device="cpu", max_context=None):
+        """Load a llama.cpp GGUF checkpoint (llama, mistral, qwen3 architectures; any tensor type the
+        gguf package can dequantize), rounding every tensor to bf16 once at load (gguf_io.py)."""
+        from . import gguf_io
+
+        if not os.path.isfile(str(path)):
+            raise FileNotFoundError(f"det-infer: no GGUF file at {str(path)!r}")
+        config, tensors = gguf_io.read_gguf(path)
+        mm = cls(ModelConfig.from_dict(config), tensors, device=device, max_context=max_context)
+        mm.gguf_path = str(path)
+        return mm
+
+    def tokenizer(self):
+        """The GGUF's own tokenizer, through transformers (for models loaded with from_gguf)."""
+        path = getattr(self, "gguf_path", None)
+        if path is None:
+            raise ValueError("det-infer: tokenizer() is for models loaded with from_gguf; load the tokenizer "
+                             "of a model directory with transformers.AutoTokenizer")
+        try:
+            from transformers import AutoTokenizer
+        except ImportError:
+            raise ImportError("det-infer: the GGUF tokenizer needs transformers") from None
+        return AutoTokenizer.from_pretrained(os.path.dirname(path) or ".", gguf_file=os.path.basename(path))
+
     @staticmethod
     def batch_max() -> int:
         return BATCH_MAX
