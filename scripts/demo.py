@@ -86,6 +86,7 @@ def main():
     ap.add_argument("--prompt", default=DEFAULT_PROMPT)
     ap.add_argument("--max-new", type=int, default=64)
     ap.add_argument("--config", choices=CONFIGS, help="run one configuration only and print its row as JSON")
+    ap.add_argument("--json", metavar="PATH", help="write the generation's certificate (replay: scripts/verify.py PATH)")
     args = ap.parse_args()
     os.environ.setdefault("LOCAL_KERNELS", f"phanerozoic/det-infer={ROOT / 'build'}")
     import torch
@@ -135,6 +136,11 @@ def main():
         print(f"{name:<16} {lh:<18} {th:<18} {note}")
     same = len({r[1] for r in rows}) == 1
     print("\n" + ("ALL MATCH: every configuration produced the same bits" if same else "MISMATCH"))
+    if args.json:
+        cert = _DI.certificate.make(mm, ids, args.max_new)
+        with open(args.json, "w") as f:
+            json.dump(cert, f, indent=1)
+        print(f"certificate written to {args.json} (verify anywhere: scripts/verify.py {args.json})")
     return 0 if same else 1
 
 

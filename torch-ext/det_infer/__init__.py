@@ -7,15 +7,15 @@ Load it as a Hugging Face kernel:
     mm = di.MegaModel.from_pretrained("path/to/SmolLM2-135M")
     tokens = mm.generate(prompt_ids, max_new=128)
 
-`di.contract` exposes the IEEE-only math every executor shares and `di.rope` the exact rope
-frequency tables (docs/SPEC.md).
+`di.contract` exposes the IEEE-only math every executor shares, `di.rope` the exact rope frequency
+tables (docs/SPEC.md), and `di.certificate` makes and verifies replayable generation certificates.
 """
-from . import contract, rope
+from . import certificate, contract, rope
 from ._ops import add_op_namespace_prefix, ops
 from .config import ModelConfig
 from .model import KVState, MegaModel
 
 CONTRACT_VERSION = contract.CONTRACT_VERSION
 
-__all__ = ["CONTRACT_VERSION", "KVState", "MegaModel", "ModelConfig", "add_op_namespace_prefix", "contract",
-           "ops", "rope"]
+__all__ = ["CONTRACT_VERSION", "KVState", "MegaModel", "ModelConfig", "add_op_namespace_prefix", "certificate",
+           "contract", "ops", "rope"]

@@ -88,6 +88,7 @@ class MegaModel:
         if self.max_context < 1:
             raise ValueError(f"det-infer: max_context must be positive, got {max_context}")
         self._state = None
+        self.source = None  # {"format", "files"} when loaded from files (certificate.py)
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
@@ -103,7 +104,9 @@ class MegaModel:
                 cfg = ModelConfig.from_dict(json.load(f))
             except json.JSONDecodeError as e:
                 raise ValueError(f"det-infer: {cfg_path} is not valid JSON ({e})") from None
-        return cls(cfg, safetensors_io.load_checkpoint(directory), device=device, max_context=max_context)
+        mm = cls(cfg, safetensors_io.load_checkpoint(directory), device=device, max_context=max_context)
+        mm.source = {"format": "safetensors", "files": [cfg_path] + safetensors_io.checkpoint_files(directory)}
+        return mm
 
     @classmethod
     def from_gguf(cls, path, device="cpu", max_context=None):
@@ -116,6 +119,7 @@ class MegaModel:
         config, tensors = gguf_io.read_gguf(path)
         mm = cls(ModelConfig.from_dict(config), tensors, device=device, max_context=max_context)
         mm.gguf_path = str(path)
+        mm.source = {"format": "gguf", "files": [str(path)]}
         return mm
 
     def tokenizer(self):

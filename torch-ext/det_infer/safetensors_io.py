@@ -97,3 +97,13 @@ def load_checkpoint(directory):
     if not os.path.exists(single):
         raise FileNotFoundError(f"det-infer: {directory} has neither model.safetensors nor model.safetensors.index.json")
     return load_file(single)
+
+
+def checkpoint_files(directory):
+    """The files load_checkpoint reads: the index and its shards, or model.safetensors."""
+    index = os.path.join(directory, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        return [index] + [os.path.join(directory, s) for s in shards]
+    return [os.path.join(directory, "model.safetensors")]
