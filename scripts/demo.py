@@ -76,6 +76,38 @@ def run_config(mm, name, ids, max_new):
     raise ValueError(f"unknown configuration {name!r}")
 
 
+def transformers_rows(ckpt, ids, max_new, dtype_name):
+    """transformers' own greedy generation, fed two ways: the prompt in one prefill, or split in two."""
+    import warnings
+
+    import torch
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    dtype = getattr(torch, dtype_name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=dtype).eval()
+    rows = []
+    for name, cuts in (("one prefill", [len(ids)]), ("split prefill", [len(ids) // 3, len(ids)])):
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cache, start = None, 0
+            for cut in cuts:
+                out = model(torch.tensor([ids[start:cut]]), past_key_values=cache, use_cache=True)
+                cache, start = out.past_key_values, cut
+            tokens, steps = [], []
+            logits = out.logits[0, -1].float()
+            for step in range(max_new):
+                tok = int(torch.argmax(logits))
+                tokens.append(tok)
+                steps.append(logits)
+                if step + 1 < max_new:
+                    out = model(torch.tensor([[tok]]), past_key_values=cache, use_cache=True)
+                    cache, logits = out.past_key_values, out.logits[0, -1].float()
+        rows.append((f"transformers {dtype_name}, {name}", hashes(tokens, torch.stack(steps))))
+    return rows
+
+
 CONFIGS = ["single-launch", "per-step", "split-prefill", "batch-16"]
 _DI = None  # the loaded kernel
 
@@ -86,7 +118,9 @@ def main():
     ap.add_argument("--prompt", default=DEFAULT_PROMPT)
     ap.add_argument("--max-new", type=int, default=64)
     ap.add_argument("--config", choices=CONFIGS, help="run one configuration only and print its row as JSON")
-    ap.add_argument("--json", metavar="PATH", help="write the generation's certificate (replay: scripts/verify.py PATH)")
+    ap.add_argument("--json", metavar="PATH", default=str(ROOT / "build" / "demo_certificate.json"),
+                    help="where to write the generation's certificate (replay: scripts/verify.py PATH)")
+    ap.add_argument("--no-contrast", action="store_true", help="skip the transformers contrast rows")
     args = ap.parse_args()
     os.environ.setdefault("LOCAL_KERNELS", f"phanerozoic/det-infer={ROOT / 'build'}")
     import torch
@@ -136,6 +170,13 @@ def main():
         print(f"{name:<16} {lh:<18} {th:<18} {note}")
     same = len({r[1] for r in rows}) == 1
     print("\n" + ("ALL MATCH: every configuration produced the same bits" if same else "MISMATCH"))
+    if not args.no_contrast:
+        print("\ncontrast: transformers eager on the same checkpoint, same prompt (its own greedy tokens)")
+        print(f"{'configuration':<36} {'logits hash':<18} {'token hash':<18}")
+        for dtype in ("float32", "bfloat16"):
+            for name, (lh, th) in transformers_rows(ckpt, ids, args.max_new, dtype):
+                print(f"{name:<36} {lh:<18} {th:<18}")
+        print("(rows of one dtype that differ are the float path forking on how the prompt was fed)")
     if args.json:
         cert = _DI.certificate.make(mm, ids, args.max_new)
         with open(args.json, "w") as f:
