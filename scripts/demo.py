@@ -121,6 +121,7 @@ def main():
     ap.add_argument("--json", metavar="PATH", default=str(ROOT / "build" / "demo_certificate.json"),
                     help="where to write the generation's certificate (replay: scripts/verify.py PATH)")
     ap.add_argument("--no-contrast", action="store_true", help="skip the transformers contrast rows")
+    ap.add_argument("--quiet", action="store_true", help="no progress lines (stderr)")
     args = ap.parse_args()
     os.environ.setdefault("LOCAL_KERNELS", f"phanerozoic/det-infer={ROOT / 'build'}")
     import torch
@@ -155,11 +156,14 @@ def main():
     print(tok.decode(tokens, skip_special_tokens=True).strip())
     print(f"\n({len(tokens)} tokens in {dt:.2f} s, prompt included)\n")
 
+    progress = (lambda msg: None) if args.quiet else (lambda msg: print(f"  ... {msg}", file=sys.stderr, flush=True))
     rows = [("single-launch", hashes(tokens, logits), "prompt + every step in one native call")]
     for name in CONFIGS[1:]:
+        progress(f"running {name}")
         t_tokens, t_logits, note = run_config(mm, name, ids, args.max_new)
         rows.append((name, hashes(t_tokens, t_logits), note))
     for threads in ("1", "2"):
+        progress(f"running threads={threads} in a separate process")
         env = dict(os.environ, OMP_NUM_THREADS=threads)
         out = subprocess.run([sys.executable, __file__, "--prompt", args.prompt, "--max-new", str(args.max_new),
                               "--config", "single-launch"], env=env, capture_output=True, text=True, check=True)
@@ -174,6 +178,7 @@ def main():
         print("\ncontrast: transformers eager on the same checkpoint, same prompt (its own greedy tokens)")
         print(f"{'configuration':<36} {'logits hash':<18} {'token hash':<18}")
         for dtype in ("float32", "bfloat16"):
+            progress(f"running transformers {dtype}")
             for name, (lh, th) in transformers_rows(ckpt, ids, args.max_new, dtype):
                 print(f"{name:<36} {lh:<18} {th:<18}")
         print("(rows of one dtype that differ are the float path forking on how the prompt was fed)")
