@@ -61,16 +61,20 @@ def read_header(path):
 
 
 def load_file(path):
-    """{name: tensor} mapped from one .safetensors file (read-only, copy-on-write mapping)."""
+    """{name: tensor} mapped from one .safetensors file (copy-on-write mapping; a tensor whose data
+    is not aligned to its element size is copied instead)."""
     header, start, size = read_header(path)
     if size == 0:
         return {}
     storage = torch.from_file(str(path), shared=False, size=size, dtype=torch.uint8)
     out = {}
     for name, info in header.items():
-        dtype, _ = _DTYPES[info["dtype"]]
+        dtype, size = _DTYPES[info["dtype"]]
         b, e = info["data_offsets"]
-        out[name] = storage[start + b : start + e].view(dtype).reshape(info["shape"])
+        raw = storage[start + b : start + e]
+        if (start + b) % size:  # a writer that did not align the data: copy this tensor only
+            raw = raw.clone()
+        out[name] = raw.view(dtype).reshape(info["shape"])
     return out
 
 
