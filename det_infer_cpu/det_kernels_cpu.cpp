@@ -26,8 +26,7 @@ int hardware_isa() {
 #endif
 }
 
-int gemv_isa(int64_t K, int64_t B) {
-  (void)B;
+int gemv_isa(int64_t K) {
   return det_cpu_isa() >= DET_ISA_AVX2 && K % 16 == 0 ? DET_ISA_AVX2 : DET_ISA_REF;
 }
 
@@ -78,7 +77,7 @@ DET_CPU_CLONES void det_gemv_rows_ref(const uint16_t* W, int64_t K, const float*
 
 void det_gemv_rows(const uint16_t* W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
                    int64_t r0, int64_t r1) {
-  switch (gemv_isa(K, B)) {
+  switch (gemv_isa(K)) {
 #if defined(__x86_64__)
     case DET_ISA_AVX2: return det_gemv_rows_avx2(W, K, X, B, Y, ldy, r0, r1);
 #endif
@@ -86,9 +85,9 @@ void det_gemv_rows(const uint16_t* W, int64_t K, const float* X, int64_t B, floa
   }
 }
 
-const char* det_gemv_impl_name(int64_t K, int64_t B) {
+const char* det_gemv_impl_name(int64_t K) {
   static const char* const names[] = {"ref", "avx2"};
-  return names[gemv_isa(K, B)];
+  return names[gemv_isa(K)];
 }
 
 float det_dot_f32(const float* a, const float* b, int64_t K) {

@@ -16,8 +16,8 @@ void det_set_isa_cap(int level);
 // (docs/SPEC.md §9); W bf16 bits (rows of K), X fp32.
 void det_gemv_rows(const uint16_t* W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
                    int64_t r0, int64_t r1);
-// Which version det_gemv_rows uses for K and B inputs: "ref" or "avx2".
-const char* det_gemv_impl_name(int64_t K, int64_t B);
+// Which version det_gemv_rows uses for rows of length K: "ref" or "avx2".
+const char* det_gemv_impl_name(int64_t K);
 // Canonical dot of two fp32 vectors (attention scores).
 float det_dot_f32(const float* a, const float* b, int64_t K);
 // out[i] = fl(silu(gate[i]) * up[i])

@@ -147,13 +147,19 @@ struct Block {
 int check_rows(const det_llama_model* m, int64_t n, const int32_t* tokens, const int64_t* positions,
                det_kv_cache* const* caches) {
   if (!m || !tokens || !positions || !caches || n < 1) return DET_ERR_ARG;
+  std::vector<std::pair<const det_kv_cache*, int64_t>> last;  // each cache's latest position so far
   for (int64_t i = 0; i < n; ++i) {
     if (!caches[i] || !caches[i]->k || !caches[i]->v) return DET_ERR_ARG;
     if (tokens[i] < 0 || tokens[i] >= m->vocab) return DET_ERR_TOKEN;
     if (positions[i] < 0 || positions[i] >= caches[i]->capacity || positions[i] > DET_MAX_POSITION)
       return DET_ERR_POSITION;
-    for (int64_t j = 0; j < i; ++j)
-      if (caches[j] == caches[i] && positions[j] >= positions[i]) return DET_ERR_ORDER;
+    auto seen = std::find_if(last.begin(), last.end(), [&](const auto& e) { return e.first == caches[i]; });
+    if (seen == last.end()) {
+      last.push_back({caches[i], positions[i]});
+    } else {
+      if (seen->second >= positions[i]) return DET_ERR_ORDER;
+      seen->second = positions[i];
+    }
   }
   return DET_OK;
 }

@@ -165,7 +165,7 @@ std::string gemv_engine(torch::Tensor& out, const torch::Tensor& w, const torch:
   const float* xp = x.data_ptr<float>();
   float* yp = out.data_ptr<float>();
   det_parallel_chunks(N, [&](int64_t r0, int64_t r1) { det_gemv_rows(wp, K, xp, B, yp, N, r0, r1); });
-  return det_gemv_impl_name(K, B);
+  return det_gemv_impl_name(K);
 }
 
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
