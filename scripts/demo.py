@@ -36,10 +36,7 @@ def hashes(tokens, step_logits):
     """(logits hash, token hash): sha256 over every step's fp32 logits, and over the int32 tokens."""
     import torch
 
-    t = step_logits.detach().to(torch.float32).contiguous()
-    bits = t.view(torch.int32).clone()
-    bits[torch.isnan(t)] = 0x7FC00000
-    return (hashlib.sha256(bits.numpy().tobytes()).hexdigest()[:16],
+    return (hashlib.sha256(_DI.certificate.f32_bytes(step_logits)).hexdigest()[:16],
             hashlib.sha256(torch.tensor(tokens, dtype=torch.int32).numpy().tobytes()).hexdigest()[:16])
 
 

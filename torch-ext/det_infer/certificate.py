@@ -44,7 +44,8 @@ def model_identity(mm):
             "files": {os.path.basename(p): _sha256_file(p) for p in sorted(source["files"])}}
 
 
-def _f32_bits(logits):
+def f32_bytes(logits):
+    """fp32 little-endian bytes of a tensor with every NaN as 0x7fc00000 (docs/SPEC.md §2.4)."""
     t = logits.detach().to(torch.float32).contiguous()
     bits = t.view(torch.int32).clone()
     bits[torch.isnan(t)] = 0x7FC00000
@@ -57,7 +58,7 @@ def step_chain(tokens, step_logits):
     for tok, row in zip(tokens, step_logits):
         h = hashlib.sha256(prev)
         h.update(int(tok).to_bytes(4, "little", signed=True))
-        h.update(_f32_bits(row))
+        h.update(f32_bytes(row))
         prev = h.digest()
         chain.append(prev.hex())
     return chain
