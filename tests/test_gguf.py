@@ -15,7 +15,7 @@ import synthetic
 import torch
 from pins import MODEL_DIGESTS
 
-from test_det_infer import generation_digest, inputs_for, logits_digest
+from certification import generation_digest, inputs_for, logits_digest
 
 GGUF_ARCH = {"llama": "llama", "qwen3": "qwen3", "mistral": "mistral"}
 PERMUTED = {"llama", "mistral"}

@@ -41,9 +41,9 @@ def test_build_toml_fields():
         for src in sec["src"]:
             assert (ROOT / src).is_file(), src
     listed = set(build["kernel"]["det_infer_cpu"]["src"])
-    on_disk = {str(p.relative_to(ROOT)) for d in ("contract", "det_infer_cpu") for p in (ROOT / d).rglob("*")
+    on_disk = {str(p.relative_to(ROOT)) for d in ("contract", "det_infer_cpu", "megakernel") for p in (ROOT / d).rglob("*")
                if p.is_file() and "__pycache__" not in p.parts}
-    assert listed == on_disk, "every CPU source and contract header is listed in build.toml"
+    assert listed == on_disk, "every CPU source, contract header and megakernel file is listed in build.toml"
 
 
 def test_flake_uses_kernel_builder():

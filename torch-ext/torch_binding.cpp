@@ -201,6 +201,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("act_engine(Tensor! out, Tensor x, str fn) -> ()");
   ops.impl("act_engine", torch::kCPU, &act_engine);
   register_llama_ops(ops);
+  register_megakernel_ops(ops);
 }
 
 REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

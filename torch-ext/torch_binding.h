@@ -17,3 +17,5 @@ std::string gemv_engine(torch::Tensor& out, const torch::Tensor& w, const torch:
 
 // llama_binding.cpp: the llama-family engine's ops, registered into the same library.
 void register_llama_ops(torch::Library& ops);
+// megakernel_binding.cpp: the megakernel's ops (GPU, or host SIMT emulation on CPU tensors).
+void register_megakernel_ops(torch::Library& ops);

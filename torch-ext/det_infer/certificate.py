@@ -46,7 +46,7 @@ def model_identity(mm):
 
 def f32_bytes(logits):
     """fp32 little-endian bytes of a tensor with every NaN as 0x7fc00000 (docs/SPEC.md §2.4)."""
-    t = logits.detach().to(torch.float32).contiguous()
+    t = logits.detach().to(torch.float32).cpu().contiguous()
     bits = t.view(torch.int32).clone()
     bits[torch.isnan(t)] = 0x7FC00000
     return bits.numpy().tobytes()
@@ -80,7 +80,8 @@ def make(mm, prompt_ids, max_new, stop_ids=None):
         "tokens": tokens,
         "chain": step_chain(tokens, logits),
         "environment": {"machine": platform.machine(), "python": platform.python_version(),
-                        "torch": torch.__version__, "executor": mm.device},
+                        "torch": torch.__version__, "device": mm.device,
+                        "executor": mm.executor},
     }
 
 

@@ -1,12 +1,18 @@
 """MegaModel: bit-exact inference for llama-family checkpoints (Llama, Qwen3, Mistral).
 
-    mm = MegaModel.from_pretrained("path/to/model")          # config.json + safetensors
+    mm = MegaModel.from_pretrained("path/to/model")          # config.json + safetensors, CPU engine
+    mm = MegaModel.from_pretrained("path", device="cuda")    # the megakernel, one launch per call
     tokens = mm.generate(prompt_ids, max_new=128)             # one native call, prompt included
     logits = mm.decode_step(token_id, pos)                    # fp32 [vocab]
     streams = mm.generate_batch([ids_a, ids_b], max_new=64)   # up to batch_max() sequences
 
 Every method runs the same per-token computation (docs/SPEC.md §13), so a sequence's logits are
-the same bits alone or in a batch, prefilled at once or token by token, in one call or per step.
+the same bits alone or in a batch, prefilled at once or token by token, in one call or per step,
+and on every executor:
+    "engine"      the CPU engine (device="cpu", the default there)
+    "megakernel"  the CUDA megakernel (device="cuda", the only one there)
+    "emulated"    the megakernel's device code on the CPU under SIMT emulation (device="cpu"; slow,
+                  for verification without a GPU); geometry= sets its launch shape
 """
 import json
 import os
@@ -19,6 +25,11 @@ from ._ops import ops
 from .config import ModelConfig
 
 BATCH_MAX = 16
+EXECUTORS = {"cpu": ("engine", "emulated"), "cuda": ("megakernel",)}
+# Launch geometry of the megakernel: scheduling only, never a bit of the result (docs/SPEC.md §14.3).
+GEOMETRY_FIELDS = ("grid", "warps", "ring", "tile_rows", "seed")
+DEFAULT_GEOMETRY = {"emulated": {"grid": 2, "warps": 2, "ring": 2, "tile_rows": 16, "seed": 0},
+                    "megakernel": {"grid": 0, "warps": 0, "ring": 0, "tile_rows": 0, "seed": 0}}  # 0: auto
 MAX_POSITIONS = 1_000_000  # the rope reduction's validated bound (docs/SPEC.md §7.1)
 DEFAULT_MAX_CONTEXT = 4096
 
@@ -27,11 +38,11 @@ class KVState:
     """One sequence's KV cache: a (2, layers, capacity, kv_heads*head_dim) fp32 tensor and the number
     of positions filled so far (positions 0 .. length-1 hold valid keys and values)."""
 
-    def __init__(self, cfg: ModelConfig, capacity: int):
+    def __init__(self, cfg: ModelConfig, capacity: int, device="cpu"):
         need = capacity * cfg.kv_bytes_per_position()
-        _check_memory(need, f"a KV cache of {capacity} positions")
+        _check_memory(need, f"a KV cache of {capacity} positions", device)
         kvd = cfg.num_key_value_heads * cfg.head_dim
-        self.cache = torch.zeros((2, cfg.num_hidden_layers, capacity, kvd), dtype=torch.float32)
+        self.cache = torch.zeros((2, cfg.num_hidden_layers, capacity, kvd), dtype=torch.float32, device=device)
         self.capacity = capacity
         self.length = 0
 
@@ -45,10 +56,13 @@ class KVState:
         self.length = 0
 
 
-def _check_memory(nbytes, what):
+def _check_memory(nbytes, what, device="cpu"):
     try:
-        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
+        if torch.device(device).type == "cuda":
+            avail = torch.cuda.mem_get_info(torch.device(device))[0]
+        else:
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError, RuntimeError):
         return
     if nbytes > avail:
         raise MemoryError(f"det-infer: {what} needs {nbytes / 2**20:.1f} MiB, but only "
@@ -74,15 +88,59 @@ def _resolve_directory(path, revision=None):
         raise FileNotFoundError(f"det-infer: could not fetch {path!r} from the Hub: {e}") from e
 
 
+def _resolve_device(device, executor):
+    """(device string, executor) after checking the pair is supported here."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"det-infer: {device!r} is not a device; supported: 'cpu', 'cuda'") from None
+    if dev.type not in EXECUTORS:
+        raise ValueError(f"det-infer: device {str(dev)!r} is not supported; supported: 'cpu', 'cuda'")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError("det-infer: device 'cuda' needs a CUDA build of torch and a GPU; neither is available "
+                             "here (use device='cpu')")
+        dev = torch.device("cuda", dev.index if dev.index is not None else torch.cuda.current_device())
+    executor = executor or EXECUTORS[dev.type][0]
+    if executor not in EXECUTORS[dev.type]:
+        raise ValueError(f"det-infer: executor {executor!r} does not run on {dev.type}; supported there: "
+                         f"{', '.join(EXECUTORS[dev.type])}")
+    return str(dev), executor
+
+
+def _resolve_geometry(executor, geometry):
+    if executor == "engine":
+        if geometry:
+            raise ValueError("det-infer: geometry= applies to the megakernel executors ('megakernel', 'emulated')")
+        return None
+    g = dict(DEFAULT_GEOMETRY[executor])
+    for key, value in (geometry or {}).items():
+        if key not in GEOMETRY_FIELDS:
+            raise ValueError(f"det-infer: unknown geometry field {key!r}; fields: {', '.join(GEOMETRY_FIELDS)}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"det-infer: geometry {key} must be a non-negative int, got {value!r}")
+        g[key] = value
+    if executor == "emulated" and not (g["grid"] >= 1 and 1 <= g["warps"] <= 32 and g["ring"] in (2, 4)
+                                       and g["tile_rows"] in (1, 2, 4, 8, 16)):
+        raise ValueError(f"det-infer: emulated geometry {g} is out of range: grid >= 1, warps 1..32, ring 2 or 4, "
+                         "tile_rows 1, 2, 4, 8 or 16")
+    return g
+
+
 class MegaModel:
-    def __init__(self, config: ModelConfig, tensors: dict, *, device="cpu", max_context=None):
-        if str(device) != "cpu":
-            raise ValueError(f"det-infer: device {device!r} is not supported by this build; supported: 'cpu'")
+    def __init__(self, config: ModelConfig, tensors: dict, *, device="cpu", max_context=None, executor=None,
+                 geometry=None):
+        self.device, self.executor = _resolve_device(device, executor)
+        self.geometry = _resolve_geometry(self.executor, geometry)
         self.config = config
-        self.device = "cpu"
-        self._weights = names.select_llama_weights(config, tensors)
-        self._cfg_ints = config.engine_ints()
+        weights = names.select_llama_weights(config, tensors)
         self._inv_freq = config.inv_freq()
+        if self.device != "cpu":
+            _check_memory(sum(w.numel() * w.element_size() for w in weights), "the weights", self.device)
+            weights = [w.to(self.device) for w in weights]
+            self._inv_freq = self._inv_freq.to(self.device)
+        self._weights = weights
+        self._cfg_ints = config.engine_ints()
         limit = min(config.max_position_embeddings, MAX_POSITIONS)
         self.max_context = min(max_context or DEFAULT_MAX_CONTEXT, limit)
         if self.max_context < 1:
@@ -92,9 +150,10 @@ class MegaModel:
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, path, device="cpu", max_context=None, revision=None):
+    def from_pretrained(cls, path, device="cpu", max_context=None, revision=None, executor=None, geometry=None):
         """Load a Hugging Face model directory (config.json + model.safetensors or shards); a Hub
-        id is fetched through huggingface_hub when installed and reachable."""
+        id is fetched through huggingface_hub when installed and reachable. device "cpu" runs the
+        CPU engine (or executor="emulated"), "cuda" the megakernel."""
         directory = _resolve_directory(str(path), revision)
         cfg_path = os.path.join(directory, "config.json")
         if not os.path.exists(cfg_path):
@@ -104,12 +163,13 @@ class MegaModel:
                 cfg = ModelConfig.from_dict(json.load(f))
             except json.JSONDecodeError as e:
                 raise ValueError(f"det-infer: {cfg_path} is not valid JSON ({e})") from None
-        mm = cls(cfg, safetensors_io.load_checkpoint(directory), device=device, max_context=max_context)
+        mm = cls(cfg, safetensors_io.load_checkpoint(directory), device=device, max_context=max_context,
+                 executor=executor, geometry=geometry)
         mm.source = {"format": "safetensors", "files": [cfg_path] + safetensors_io.checkpoint_files(directory)}
         return mm
 
     @classmethod
-    def from_gguf(cls, path, device="cpu", max_context=None):
+    def from_gguf(cls, path, device="cpu", max_context=None, executor=None, geometry=None):
         """Load a llama.cpp GGUF checkpoint (llama, mistral, qwen3 architectures; any tensor type the
         gguf package can dequantize), rounding every tensor to bf16 once at load (gguf_io.py)."""
         from . import gguf_io
@@ -117,7 +177,8 @@ class MegaModel:
         if not os.path.isfile(str(path)):
             raise FileNotFoundError(f"det-infer: no GGUF file at {str(path)!r}")
         config, tensors = gguf_io.read_gguf(path)
-        mm = cls(ModelConfig.from_dict(config), tensors, device=device, max_context=max_context)
+        mm = cls(ModelConfig.from_dict(config), tensors, device=device, max_context=max_context, executor=executor,
+                 geometry=geometry)
         mm.gguf_path = str(path)
         mm.source = {"format": "gguf", "files": [str(path)]}
         return mm
@@ -164,19 +225,29 @@ class MegaModel:
                              "pass max_context= to from_pretrained")
 
     # ---- the raw calls --------------------------------------------------------------------------
+    def _geometry_list(self):
+        return [self.geometry[k] for k in GEOMETRY_FIELDS]
+
     def _forward(self, tokens, positions, states, cache_index, want):
         n_want = int(sum(want))
-        logits = torch.empty((n_want, self.config.vocab_size), dtype=torch.float32)
-        ops.mak_forward(self._weights, self._cfg_ints, self.config.rms_norm_eps, self._inv_freq,
-                        torch.tensor(tokens, dtype=torch.int32), torch.tensor(positions, dtype=torch.int64),
-                        [s.cache for s in states], torch.tensor(cache_index, dtype=torch.int64),
-                        torch.tensor(want, dtype=torch.uint8), logits)
+        logits = torch.empty((n_want, self.config.vocab_size), dtype=torch.float32, device=self.device)
+        args = (self._weights, self._cfg_ints, self.config.rms_norm_eps, self._inv_freq,
+                torch.tensor(tokens, dtype=torch.int32), torch.tensor(positions, dtype=torch.int64),
+                [s.cache for s in states], torch.tensor(cache_index, dtype=torch.int64),
+                torch.tensor(want, dtype=torch.uint8), logits)
+        if self.executor == "engine":
+            ops.mak_forward(*args)
+        else:
+            ops.mega_forward(*args, self._geometry_list())
         return logits
+
+    def _new_kv(self, capacity):
+        return KVState(self.config, capacity, self.device)
 
     def new_state(self, capacity=None) -> KVState:
         capacity = capacity or self.max_context
         self._check_length(capacity)
-        return KVState(self.config, capacity)
+        return self._new_kv(capacity)
 
     @property
     def state(self) -> KVState:
@@ -234,7 +305,15 @@ class MegaModel:
         return logits
 
     def decode_step_timed(self, token_id, pos, state: KVState = None):
-        """decode_step plus its wall time in seconds."""
+        """decode_step plus its time in seconds: device time (CUDA events) on a GPU, wall time on
+        the CPU."""
+        if self.device.startswith("cuda"):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            logits = self.decode_step(token_id, pos, state)
+            end.record()
+            end.synchronize()
+            return logits, start.elapsed_time(end) / 1000.0
         t = time.perf_counter()
         logits = self.decode_step(token_id, pos, state)
         return logits, time.perf_counter() - t
@@ -275,19 +354,24 @@ class MegaModel:
         states = []
         for p in prompts:
             self._check_length(len(p) + max_new)
-            states.append(KVState(self.config, len(p) + max_new))
+            states.append(self._new_kv(len(p) + max_new))
         B, V = len(prompts), self.config.vocab_size
         offsets = [0]
         for p in prompts:
             offsets.append(offsets[-1] + len(p))
-        out = torch.empty((B, max_new), dtype=torch.int32)
-        lengths = torch.empty(B, dtype=torch.int64)
-        step_logits = torch.empty((B, max_new, V) if return_logits else (0,), dtype=torch.float32)
-        ops.mak_generate(self._weights, self._cfg_ints, self.config.rms_norm_eps, self._inv_freq,
-                         torch.tensor([t for p in prompts for t in p], dtype=torch.int32),
-                         torch.tensor(offsets, dtype=torch.int64), torch.zeros(B, dtype=torch.int64),
-                         [s.cache for s in states], max_new, self._stop_ids(stop_on_eos, stop_ids),
-                         out, lengths, step_logits)
+        dev = self.device
+        out = torch.empty((B, max_new), dtype=torch.int32, device=dev)
+        lengths = torch.empty(B, dtype=torch.int64, device=dev)
+        step_logits = torch.empty((B, max_new, V) if return_logits else (0,), dtype=torch.float32, device=dev)
+        args = (self._weights, self._cfg_ints, self.config.rms_norm_eps, self._inv_freq,
+                torch.tensor([t for p in prompts for t in p], dtype=torch.int32),
+                torch.tensor(offsets, dtype=torch.int64), torch.zeros(B, dtype=torch.int64),
+                [s.cache for s in states], max_new, self._stop_ids(stop_on_eos, stop_ids), out, lengths, step_logits)
+        if self.executor == "engine":
+            ops.mak_generate(*args)
+        else:
+            ops.mega_generate(*args, self._geometry_list())
+        out, lengths = out.cpu(), lengths.cpu()
         streams = [out[b, : lengths[b]].tolist() for b in range(B)]
         if return_logits:
             return streams, [step_logits[b, : lengths[b]] for b in range(B)]
@@ -306,12 +390,12 @@ class MegaModel:
             raise ValueError(f"det-infer: max_new must be a positive int, got {max_new!r}")
         ids = self._ids(prompt_ids)
         self._check_length(len(ids) + max_new)
-        state = KVState(self.config, len(ids) + max_new)
+        state = self._new_kv(len(ids) + max_new)
         stops = set(self._stop_ids(stop_on_eos, stop_ids).tolist())
         logits = self.prefill(ids, state)
         tokens, all_logits = [], []
         for step in range(max_new):
-            tok = int(ops.argmax_f32(logits))
+            tok = int(ops.argmax_f32(logits.cpu()))
             tokens.append(tok)
             all_logits.append(logits)
             if tok in stops or step + 1 == max_new:
@@ -323,4 +407,4 @@ class MegaModel:
         """(len(ids), vocab) fp32 logits of every position of ids, on a fresh state."""
         ids = self._ids(ids)
         self._check_length(len(ids))
-        return self.prefill(ids, KVState(self.config, len(ids)), logits="all")
+        return self.prefill(ids, self._new_kv(len(ids)), logits="all")

@@ -1,0 +1,51 @@
+// det_llama_model.h: what every executor takes: a llama-family model (Llama, Qwen3, Mistral) as
+// bf16 weight pointers plus the shapes the contract depends on, and one sequence's fp32 KV cache.
+// The CPU engine reads host pointers; the megakernel reads the same struct holding device
+// pointers (or host pointers under emulation). Plain C, no torch.
+#pragma once
+
+#include <stdint.h>
+
+struct det_llama_layer {
+  const uint16_t* attn_norm;  // (hidden,)
+  const uint16_t* wq;         // (heads*head_dim, hidden)
+  const uint16_t* wk;         // (kv_heads*head_dim, hidden)
+  const uint16_t* wv;         // (kv_heads*head_dim, hidden)
+  const uint16_t* wo;         // (hidden, heads*head_dim)
+  const uint16_t* q_norm;     // (head_dim,) or null (Qwen3 qk-norm)
+  const uint16_t* k_norm;     // (head_dim,) or null
+  const uint16_t* mlp_norm;   // (hidden,)
+  const uint16_t* w_gate;     // (inter, hidden)
+  const uint16_t* w_up;       // (inter, hidden)
+  const uint16_t* w_down;     // (hidden, inter)
+};
+
+struct det_llama_model {
+  int64_t hidden, n_layers, n_heads, n_kv_heads, head_dim, inter, vocab;
+  int64_t rope_pairs;      // rotated pairs per head: (i, i + rope_pairs) for i < rope_pairs
+  int64_t sliding_window;  // 0: full causal attention; W: a query at p sees p-W+1 .. p
+  float rms_eps;           // fp32 value of the config's eps
+  const double* inv_freq;  // (rope_pairs,) fp64 rope inverse frequencies (rope.py)
+  const uint16_t* embed;   // (vocab, hidden)
+  const uint16_t* final_norm;
+  const uint16_t* lm_head;  // (vocab, hidden); the embedding when tied
+  const det_llama_layer* layers;
+};
+
+// One sequence's cache: k and v are (n_layers, capacity, kv_heads*head_dim) fp32.
+struct det_kv_cache {
+  float* k;
+  float* v;
+  int64_t capacity;
+};
+
+// Errors (returned as negative codes; the Python layer validates first and maps them to text).
+enum {
+  DET_OK = 0,
+  DET_ERR_ARG = -1,       // null pointer, n < 1, bad shape
+  DET_ERR_TOKEN = -2,     // token id outside [0, vocab)
+  DET_ERR_POSITION = -3,  // position outside [0, capacity) or > 1M rope bound
+  DET_ERR_ORDER = -4,     // rows of one cache not in increasing position order
+};
+
+#define DET_MAX_POSITION 1000000  // the rope reduction's validated bound (docs/SPEC.md §7.1)

@@ -1,0 +1,27 @@
+// det_megakernel_emu.cpp: the megakernel's device code (megakernel/det_megakernel.cuh), compiled
+// for the host and run under the SIMT emulation, one fiber per CUDA thread. This is how every line
+// of the GPU path is executed on machines without a GPU (DESIGN.md §2, docs/SPEC.md §14.4).
+#include "../../megakernel/det_megakernel.cuh"
+#include "../det_fpenv.h"
+#include "det_simt_host.h"
+
+namespace {
+
+template <int R>
+void kernel_entry(void* arg) {
+  det_mk_run<R>(*(const det_mk_params*)arg);
+}
+
+}  // namespace
+
+int det_mk_run_emulated(const det_mk_params* p) {
+  int rc = det_mk_check_model(&p->model, nullptr);
+  if (rc == DET_MK_OK) rc = det_mk_check_geometry(&p->geo, nullptr);
+  if (rc != DET_MK_OK) return rc;
+  det_fpenv_guard env;  // every fiber starts from this thread's (IEEE) environment
+  const size_t smem = det_mk_smem_bytes(&p->model, &p->geo);
+  p->ws.barrier[0] = p->ws.barrier[1] = 0;
+  auto entry = p->geo.ring == 4 ? &kernel_entry<4> : &kernel_entry<2>;
+  const int ok = det_simt_host::launch(p->geo.grid, p->geo.warps * DET_WARP, smem, p->geo.seed, entry, (void*)p);
+  return ok == 0 ? DET_MK_OK : DET_MK_ERR_DEADLOCK;
+}

@@ -1,0 +1,18 @@
+// det_simt_host.h: launching device code on the host, one fiber per CUDA thread
+// (det_simt_host.cpp). The device side of the layer is megakernel/det_simt.h.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+namespace det_simt_host {
+
+// Runs kernel(arg) as a grid of `grid` blocks of `block` threads (a multiple of 32) with
+// smem_bytes of zeroed shared memory per block, on the calling OS thread. Fibers run until they
+// synchronize; the next runnable fiber is chosen by a generator seeded with `seed` (0: a fixed
+// order), so every run with one seed is the same schedule and different seeds interleave the
+// threads differently. Returns 0, or -1 when a synchronization can never complete (a deadlock:
+// some thread of the scope did not arrive) or stacks could not be allocated.
+int launch(int grid, int block, size_t smem_bytes, uint64_t seed, void (*kernel)(void*), void* arg);
+
+}  // namespace det_simt_host

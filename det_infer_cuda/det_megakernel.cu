@@ -1,0 +1,78 @@
+// det_megakernel.cu: the megakernel on the GPU: the __global__ entry around det_mk_run
+// (megakernel/det_megakernel.cuh), the choice of geometry, and the cooperative launch (all blocks
+// resident, which the grid barrier needs; the launch fails instead of hanging when they cannot be).
+#include <cuda_runtime.h>
+
+#include "../megakernel/det_megakernel.cuh"
+#include "det_megakernel_cuda.h"
+
+// 256 threads at most per block (8 warps): the batch accumulators of 16 rows x 8 residues stay in
+// registers (docs/RESULTS.md reports registers and spills per architecture).
+#define DET_MK_MAX_THREADS 256
+
+template <int R>
+__global__ void __launch_bounds__(DET_MK_MAX_THREADS) det_mk_kernel(const det_mk_params p) {
+  det_mk_run<R>(p);
+}
+
+namespace {
+
+int fail(const char** why, int code, const char* text) {
+  if (why) *why = text;
+  return code;
+}
+
+const void* kernel_for(int ring) {
+  return ring == 4 ? (const void*)&det_mk_kernel<4> : (const void*)&det_mk_kernel<2>;
+}
+
+}  // namespace
+
+int det_mk_cuda_resolve(const det_llama_model* m, det_mk_geometry* g, int device, const char** why) {
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+    return fail(why, DET_MK_ERR_LAUNCH, "cudaGetDeviceProperties failed");
+  if (!prop.cooperativeLaunch) return fail(why, DET_MK_ERR_LAUNCH, "the device does not support cooperative launch");
+  if (g->warps == 0) g->warps = DET_MK_MAX_THREADS / 32;
+  if (g->ring == 0) g->ring = 4;
+  if (g->warps * 32 > DET_MK_MAX_THREADS) return fail(why, DET_MK_ERR_GEOMETRY, "at most 8 warps per block on the GPU");
+  const size_t smem_max = prop.sharedMemPerBlockOptin;
+  if (g->tile_rows == 0) {
+    g->tile_rows = DET_MK_ROWS_MAX;
+    while (g->tile_rows > 1 && det_mk_smem_bytes(m, g) > smem_max) g->tile_rows /= 2;
+  }
+  const int grid_asked = g->grid;
+  g->grid = g->grid ? g->grid : 1;
+  int rc = det_mk_check_geometry(g, why);
+  if (rc != DET_MK_OK) return rc;
+  const size_t smem = det_mk_smem_bytes(m, g);
+  if (smem > smem_max) return fail(why, DET_MK_ERR_GEOMETRY, "the geometry needs more shared memory than the device has");
+  const void* k = kernel_for(g->ring);
+  if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
+    return fail(why, DET_MK_ERR_LAUNCH, "cudaFuncSetAttribute failed");
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, g->warps * 32, smem) != cudaSuccess || per_sm < 1)
+    return fail(why, DET_MK_ERR_LAUNCH, "no block of this geometry fits on a multiprocessor");
+  const int resident = per_sm * prop.multiProcessorCount;
+  if (grid_asked == 0) g->grid = resident;
+  if (g->grid > resident) return fail(why, DET_MK_ERR_GEOMETRY, "grid exceeds the blocks that can be resident at once");
+  return DET_MK_OK;
+}
+
+int det_mk_cuda_launch(const det_mk_params* p, void* stream, const char** why) {
+  int rc = det_mk_check_model(&p->model, why);
+  if (rc == DET_MK_OK) rc = det_mk_check_geometry(&p->geo, why);
+  if (rc != DET_MK_OK) return rc;
+  cudaStream_t s = (cudaStream_t)stream;
+  if (cudaMemsetAsync(p->ws.barrier, 0, 2 * sizeof(unsigned int), s) != cudaSuccess)
+    return fail(why, DET_MK_ERR_LAUNCH, "cudaMemsetAsync of the grid barrier failed");
+  void* args[] = {(void*)p};
+  const size_t smem = det_mk_smem_bytes(&p->model, &p->geo);
+  cudaError_t e = cudaLaunchCooperativeKernel(kernel_for(p->geo.ring), dim3(p->geo.grid), dim3(p->geo.warps * 32),
+                                              args, smem, s);
+  if (e != cudaSuccess) {
+    if (why) *why = cudaGetErrorString(e);
+    return DET_MK_ERR_LAUNCH;
+  }
+  return DET_MK_OK;
+}

@@ -1,0 +1,546 @@
+// det_megakernel.cuh: the megakernel, one persistent launch per program (det_megakernel.h):
+// every row through every layer, the head, argmax and, in generate mode, every decode step,
+// without returning to the host. docs/SPEC.md §14.
+//
+// The same source is compiled by nvcc for the GPU (det_infer_cuda/det_megakernel.cu) and by the
+// host compiler for the SIMT emulation (det_infer_cpu/emu/det_megakernel_emu.cpp); it touches
+// CUDA only through det_simt.h.
+//
+// Work is split by output: a GEMV row, an (row, head) attention task, a vector element. Each
+// output is computed whole by one warp (or one thread) in the contract's order: the 256 residue
+// accumulators of docs/SPEC.md §9 are the warp's 32 lanes x 8 consecutive elements (one 16-byte
+// load of 8 bf16), and the fixed tree is shuffles by 16..1 lanes then 4..1 in registers. Which
+// warp gets which output, how many blocks and warps there are, how deep the weight ring is and
+// how many rows ride in a tile is scheduling only. Phases are separated by the grid barrier.
+//
+// Per tile and layer: QKV (each block normalizes the tile's rows into shared memory; warps stream
+// Wq|Wk|Wv rows) | ROPE (qk-norm, rotation, KV-cache write) | ATTN (one warp per (row, head)) |
+// O (Wo rows + residual) | MLP (norm; gate and up rows, silu(gate)*up) | DOWN (Wdown rows +
+// residual) |; then HEAD (final norm, lm_head rows) | and ARGMAX.
+#pragma once
+
+#include "../contract/det_act.h"
+#include "../contract/det_argmax.h"
+#include "../contract/det_attention.h"
+#include "../contract/det_norm.h"
+#include "../contract/det_trig.h"
+#include "det_megakernel.h"
+#include "det_simt.h"
+
+static_assert(DET_ATTN_CHUNK == 128, "det_mk_attn_scratch_floats assumes 128-position chunks");
+
+// One thread's view of the launch.
+struct det_mk_ctx {
+  const det_mk_params* P;
+  det_mk_tile* tile;
+  det_vec_u32x4* ring;  // this warp's weight ring: ring x 32 lanes x 16 bytes
+  float* area;          // the block's phase area (normalized rows, attention scratch, argmax)
+  int gwarp, nwarps;    // this warp's index in the grid, warps in the grid
+};
+
+// ---- warp building blocks ---------------------------------------------------------------------
+
+// The canonical tree (docs/SPEC.md §9) for N reductions at once: lane l holds residues 8l..8l+7
+// of reduction r in acc[r][0..7]. Steps 128..8 add lane l + 16..1; steps 4..1 are in registers.
+// Reduction r's result is acc[r][0] on lane 0 (other lanes hold partial sums).
+template <int N>
+DET_DEV void det_mk_warp_tree(float (&acc)[N][8]) {
+  for (int delta = DET_WARP / 2; delta >= 1; delta >>= 1) {
+    float other[N][8];
+    for (int r = 0; r < N; ++r)
+      for (int i = 0; i < 8; ++i) other[r][i] = acc[r][i];
+    det_shfl_down_n(&other[0][0], N * 8, delta);
+    for (int r = 0; r < N; ++r)
+      for (int i = 0; i < 8; ++i) acc[r][i] = det_add_f32(acc[r][i], other[r][i]);
+  }
+  for (int s = 4; s >= 1; s >>= 1)
+    for (int r = 0; r < N; ++r)
+      for (int i = 0; i < s; ++i) acc[r][i] = det_add_f32(acc[r][i], acc[r][i + s]);
+}
+
+// Canonical dot of two fp32 vectors of length K (K % 8 == 0), returned on every lane.
+DET_DEV float det_mk_warp_dot_f32(const float* a, const float* b, int64_t K) {
+  float acc[1][8];
+  for (int i = 0; i < 8; ++i) acc[0][i] = 0.0f;
+  for (int64_t k = 8 * det_lane(); k < K; k += 8 * DET_WARP)
+    for (int i = 0; i < 8; ++i) acc[0][i] = det_fma_f32(a[k + i], b[k + i], acc[0][i]);
+  det_mk_warp_tree<1>(acc);
+  det_shfl_idx_n(&acc[0][0], 1, 0);
+  return acc[0][0];
+}
+
+// Calls f.template operator()<NB>() with NB the smallest of 1, 2, 4, 8, 16 holding n rows.
+template <class F>
+DET_DEV void det_mk_with_nb(int n, F f) {
+  if (n <= 1) f.template operator()<1>();
+  else if (n <= 2) f.template operator()<2>();
+  else if (n <= 4) f.template operator()<4>();
+  else if (n <= 8) f.template operator()<8>();
+  else f.template operator()<16>();
+}
+
+// The warp's GEMV rows: item it is the weight row row(it) (K bf16, 16-byte aligned, K % 8 == 0),
+// dotted with the nb input rows x + b*ldx. Weights stream through the warp's ring of R stages
+// (each lane copies and later reads only its own 16 bytes, so no warp barrier is needed); each
+// weight is read once for all nb rows. After each item, emit(it, y) runs on every lane with
+// y[b] = the canonical dot, valid on lane 0.
+template <int NB, int R, class Row, class Emit>
+DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row row, const float* x,
+                         int64_t ldx, int nb, Emit emit) {
+  if (n_items <= 0) return;
+  const int lane = det_lane();
+  const int64_t steps = (K + 8 * DET_WARP - 1) / (8 * DET_WARP), total = n_items * steps;
+  det_vec_u32x4* ring = c.ring;
+  int64_t issue_it = 0, issue_s = 0, issued = 0;
+  auto issue = [&]() {  // the next (item, step) into its ring slot, or an empty group at the end
+    if (issued < total) {
+      const int64_t k = issue_s * 8 * DET_WARP + 8 * lane;
+      if (k < K) det_cp_async16(&ring[(issued % R) * DET_WARP + lane], row(issue_it) + k);
+      if (++issue_s == steps) issue_s = 0, ++issue_it;
+    }
+    ++issued;
+    det_cp_async_commit();
+  };
+  for (int f = 0; f < R - 1; ++f) issue();
+
+  float acc[NB][8];
+  for (int b = 0; b < NB; ++b)
+    for (int i = 0; i < 8; ++i) acc[b][i] = 0.0f;
+  int64_t it = 0, s = 0;
+  for (int64_t f = 0; f < total; ++f) {
+    issue();
+    det_cp_async_wait<R - 1>();
+    const int64_t k = s * 8 * DET_WARP + 8 * lane;
+    if (k < K) {
+      const det_vec_u32x4 w4 = ring[(f % R) * DET_WARP + lane];
+      const uint32_t words[4] = {w4.x, w4.y, w4.z, w4.w};
+      float w[8];
+      for (int j = 0; j < 4; ++j) {
+        w[2 * j] = det_bf16_to_f32((uint16_t)(words[j] & 0xffffu));
+        w[2 * j + 1] = det_bf16_to_f32((uint16_t)(words[j] >> 16));
+      }
+      for (int b = 0; b < NB; ++b) {
+        if (b >= nb) break;
+        const det_vec_f32x4 x0 = *(const det_vec_f32x4*)(x + b * ldx + k);
+        const det_vec_f32x4 x1 = *(const det_vec_f32x4*)(x + b * ldx + k + 4);
+        const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        for (int i = 0; i < 8; ++i) acc[b][i] = det_fma_f32(w[i], xv[i], acc[b][i]);
+      }
+    }
+    if (++s == steps) {
+      det_mk_warp_tree<NB>(acc);
+      float y[NB] = {};
+      for (int b = 0; b < NB; ++b) y[b] = acc[b][0];
+      emit(it, y);
+      for (int b = 0; b < NB; ++b)
+        for (int i = 0; i < 8; ++i) acc[b][i] = 0.0f;
+      s = 0;
+      ++it;
+    }
+  }
+}
+
+// Items of this warp when N outputs are dealt round-robin over the grid's warps.
+DET_DEV int64_t det_mk_items(const det_mk_ctx& c, int64_t N) {
+  return c.gwarp < N ? (N - 1 - c.gwarp) / c.nwarps + 1 : 0;
+}
+DET_DEV int64_t det_mk_output(const det_mk_ctx& c, int64_t it) { return c.gwarp + it * c.nwarps; }
+
+// ---- phases -------------------------------------------------------------------------------------
+
+// Every block: area rows j < nb = rmsnorm(source row) * w (docs/SPEC.md §13.2). The source of row
+// j is tile row src_row[j] (or j when src_row is null): the residual stream, or at layer 0 the
+// token's embedding widened to fp32 (which layer 0 also writes to the residual stream).
+DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int nb, const int32_t* src_row, bool from_embed,
+                              const uint16_t* w) {
+  const det_llama_model& m = c.P->model;
+  const int64_t H = m.hidden;
+  const det_mk_tile& t = *c.tile;
+  for (int64_t e = det_thread(); e < nb * H; e += det_threads()) {
+    const int64_t j = e / H, k = e % H, r = src_row ? src_row[j] : j;
+    c.area[e] = from_embed ? det_bf16_to_f32(m.embed[(int64_t)t.token[r] * H + k]) : c.P->ws.x[r * H + k];
+  }
+  det_sync_block();
+  for (int j = det_warp(); j < nb; j += det_warps()) {
+    float* row = c.area + j * H;
+    const float r = det_rmsnorm_factor_f32(det_mk_warp_dot_f32(row, row, H), H, m.rms_eps);
+    for (int64_t k = det_lane(); k < H; k += DET_WARP) row[k] = det_rmsnorm_scale_f32(row[k], r, w[k]);
+  }
+  det_sync_block();
+}
+
+// Layer 0 only, spread over the grid: the residual stream starts as the embeddings, and each
+// row's rope (sin, cos) table is computed once (docs/SPEC.md §7).
+DET_DEV void det_mk_embed_rows(const det_mk_ctx& c) {
+  const det_llama_model& m = c.P->model;
+  const det_mk_tile& t = *c.tile;
+  const int64_t H = m.hidden, pairs = m.rope_pairs;
+  const int64_t gt = (int64_t)det_block() * det_threads() + det_thread(), gn = (int64_t)det_blocks() * det_threads();
+  for (int64_t e = gt; e < t.n * H; e += gn)
+    c.P->ws.x[e] = det_bf16_to_f32(m.embed[(int64_t)t.token[e / H] * H + e % H]);
+  for (int64_t e = gt; e < t.n * pairs; e += gn) {
+    const det_sincos_f32 sc = det_sincos_f64(det_rope_angle_f64(t.pos[e / pairs], m.inv_freq[e % pairs]));
+    c.P->ws.sincos[2 * e] = sc.s;
+    c.P->ws.sincos[2 * e + 1] = sc.c;
+  }
+}
+
+// QKV: q, k, v (rows x outputs) = normalized rows times Wq, Wk, Wv (one range of rows).
+template <int R>
+DET_DEV void det_mk_phase_qkv(const det_mk_ctx& c, int64_t l) {
+  const det_llama_model& m = c.P->model;
+  const det_llama_layer& L = m.layers[l];
+  const det_mk_workspace& ws = c.P->ws;
+  const int nb = c.tile->n;
+  const int64_t H = m.hidden, QD = m.n_heads * m.head_dim, KVD = m.n_kv_heads * m.head_dim;
+  if (l == 0) det_mk_embed_rows(c);
+  det_mk_norm_rows(c, nb, nullptr, l == 0, L.attn_norm);
+  det_mk_with_nb(nb, [&]<int NB>() {
+    auto row = [&](int64_t it) {
+      const int64_t n = det_mk_output(c, it);
+      return n < QD ? L.wq + n * H : n < QD + KVD ? L.wk + (n - QD) * H : L.wv + (n - QD - KVD) * H;
+    };
+    auto emit = [&](int64_t it, const float* y) {
+      if (det_lane() != 0) return;
+      const int64_t n = det_mk_output(c, it);
+      for (int b = 0; b < nb; ++b) {
+        if (n < QD) ws.q[b * QD + n] = y[b];
+        else if (n < QD + KVD) ws.k[b * KVD + n - QD] = y[b];
+        else ws.v[b * KVD + n - QD - KVD] = y[b];
+      }
+    };
+    det_mk_gemv<NB, R>(c, det_mk_items(c, QD + 2 * KVD), H, row, c.area, H, nb, emit);
+  });
+}
+
+// ROPE: per (row, head): q and k heads get qk-norm (when the model has it) and the rotation; k
+// and v heads are written to the row's KV cache at its position.
+DET_DEV void det_mk_phase_rope(const det_mk_ctx& c, int64_t l) {
+  const det_llama_model& m = c.P->model;
+  const det_llama_layer& L = m.layers[l];
+  const det_mk_workspace& ws = c.P->ws;
+  const det_mk_tile& t = *c.tile;
+  const int64_t D = m.head_dim, QD = m.n_heads * D, KVD = m.n_kv_heads * D, pairs = m.rope_pairs;
+  const int64_t per_row = m.n_heads + 2 * m.n_kv_heads;
+  const int lane = det_lane();
+  for (int64_t task = c.gwarp; task < t.n * per_row; task += c.nwarps) {
+    const int64_t b = task / per_row, j = task % per_row;
+    const det_mk_seq& sq = c.P->prog.seqs[t.seq[b]];
+    const int64_t at = (l * sq.capacity + t.pos[b]) * KVD;  // this row's cache entry
+    if (j >= m.n_heads + m.n_kv_heads) {
+      const int64_t h = j - m.n_heads - m.n_kv_heads;
+      for (int64_t d = lane; d < D; d += DET_WARP) sq.v[at + h * D + d] = ws.v[b * KVD + h * D + d];
+      continue;
+    }
+    const bool is_q = j < m.n_heads;
+    const int64_t h = is_q ? j : j - m.n_heads;
+    float* vec = is_q ? ws.q + b * QD + h * D : ws.k + b * KVD + h * D;
+    const uint16_t* norm = is_q ? L.q_norm : L.k_norm;
+    if (norm) {
+      const float r = det_rmsnorm_factor_f32(det_mk_warp_dot_f32(vec, vec, D), D, m.rms_eps);
+      for (int64_t d = lane; d < D; d += DET_WARP) vec[d] = det_rmsnorm_scale_f32(vec[d], r, norm[d]);
+      det_sync_warp();
+    }
+    const float* sc = ws.sincos + 2 * b * pairs;
+    for (int64_t i = lane; i < pairs; i += DET_WARP)
+      det_rope_rotate_f32(&vec[i], &vec[i + pairs], det_sincos_f32{sc[2 * i], sc[2 * i + 1]});
+    det_sync_warp();
+    if (!is_q)
+      for (int64_t d = lane; d < D; d += DET_WARP) sq.k[at + h * D + d] = vec[d];
+  }
+}
+
+// ATTN: one warp per (row, query head), over 128-position chunks (docs/SPEC.md §13.4). Per chunk:
+// scores (8 slots per tree), the max in slot order, e = exp(s - m), the canonical sums l and o[d]
+// with slot j at residue j (lane j/8), then the merge into the running (M, L, O).
+DET_DEV void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
+  const det_llama_model& m = c.P->model;
+  const det_mk_workspace& ws = c.P->ws;
+  const det_mk_tile& t = *c.tile;
+  const int64_t D = m.head_dim, QD = m.n_heads * D, KVD = m.n_kv_heads * D, group = m.n_heads / m.n_kv_heads;
+  const float scale = det_rsqrt_f32((float)D);
+  const int lane = det_lane();
+  float* score = c.area + det_warp() * det_mk_attn_scratch_floats(&m);
+  float* ex = score + DET_ATTN_CHUNK;
+  float* O = ex + DET_ATTN_CHUNK;
+  for (int64_t task = c.gwarp; task < t.n * m.n_heads; task += c.nwarps) {
+    const int64_t b = task / m.n_heads, hq = task % m.n_heads, g = hq / group, p = t.pos[b];
+    const det_mk_seq& sq = c.P->prog.seqs[t.seq[b]];
+    const float* kc = sq.k + l * sq.capacity * KVD + g * D;
+    const float* vc = sq.v + l * sq.capacity * KVD + g * D;
+    const int64_t lo = m.sliding_window > 0 && p - m.sliding_window + 1 > 0 ? p - m.sliding_window + 1 : 0;
+    const bool lane_q = 8 * lane < D;
+    float qv[8];
+    for (int i = 0; i < 8; ++i) qv[i] = lane_q ? ws.q[b * QD + hq * D + 8 * lane + i] : 0.0f;
+    det_attn_acc run = {0.0f, 0.0f};
+    for (int64_t ch = lo / DET_ATTN_CHUNK; ch <= p / DET_ATTN_CHUNK; ++ch) {
+      const bool first = ch == lo / DET_ATTN_CHUNK;
+      const int64_t base = ch * DET_ATTN_CHUNK;
+      const int64_t j0 = (lo > base ? lo : base) - base;
+      const int64_t j1 = (p < base + DET_ATTN_CHUNK - 1 ? p : base + DET_ATTN_CHUNK - 1) - base;
+      for (int64_t jg = j0; jg <= j1; jg += 8) {
+        float acc[8][8];
+        for (int s = 0; s < 8; ++s) {
+          const bool live = lane_q && jg + s <= j1;
+          const float* kj = kc + (base + jg + s) * KVD + 8 * lane;
+          for (int i = 0; i < 8; ++i) acc[s][i] = live ? det_fma_f32(qv[i], kj[i], 0.0f) : 0.0f;
+        }
+        det_mk_warp_tree<8>(acc);
+        if (lane == 0)
+          for (int s = 0; s < 8 && jg + s <= j1; ++s) score[jg + s] = det_mul_f32(acc[s][0], scale);
+      }
+      det_sync_warp();
+      float mx = score[j0];
+      for (int64_t j = j0 + 1; j <= j1; ++j) mx = score[j] > mx ? score[j] : mx;
+      for (int64_t j = j0 + lane; j <= j1; j += DET_WARP) ex[j] = det_exp_f32(det_sub_f32(score[j], mx));
+      det_sync_warp();
+      // Slot j is residue j of a length-128 reduction: lanes 0..15 hold the slots, 16..31 zeros.
+      float la[1][8];
+      for (int i = 0; i < 8; ++i) {
+        const int64_t j = 8 * lane + i;
+        la[0][i] = j >= j0 && j <= j1 ? det_add_f32(0.0f, ex[j]) : 0.0f;
+      }
+      det_mk_warp_tree<1>(la);
+      det_shfl_idx_n(&la[0][0], 1, 0);
+      const det_attn_acc part = {mx, la[0][0]};
+      det_attn_weights w = {1.0f, 1.0f};
+      if (first) run = part;
+      else w = det_attn_merge_stats(&run, part);
+      for (int64_t d0 = 0; d0 < D; d0 += 8) {
+        float oa[8][8];
+        for (int i = 0; i < 8; ++i) {
+          const int64_t j = 8 * lane + i;
+          const bool live = j >= j0 && j <= j1;
+          const float* vj = vc + (base + j) * KVD + d0;
+          for (int s = 0; s < 8; ++s) oa[s][i] = live ? det_fma_f32(ex[j], vj[s], 0.0f) : 0.0f;
+        }
+        det_mk_warp_tree<8>(oa);
+        if (lane == 0)
+          for (int s = 0; s < 8; ++s) O[d0 + s] = first ? oa[s][0] : det_attn_merge_value(O[d0 + s], oa[s][0], w);
+      }
+      det_sync_warp();
+    }
+    for (int64_t d = lane; d < D; d += DET_WARP) ws.att[b * QD + hq * D + d] = det_div_f32(O[d], run.l);
+    det_sync_warp();
+  }
+}
+
+// O and DOWN: rows of W (H x K) over the input rows; the result is added to the residual stream.
+template <int R>
+DET_DEV void det_mk_phase_residual_gemv(const det_mk_ctx& c, const uint16_t* W, const float* in, int64_t K) {
+  const int64_t H = c.P->model.hidden;
+  float* x = c.P->ws.x;
+  const int nb = c.tile->n;
+  det_mk_with_nb(nb, [&]<int NB>() {
+    auto row = [&](int64_t it) { return W + det_mk_output(c, it) * K; };
+    auto emit = [&](int64_t it, const float* y) {
+      if (det_lane() != 0) return;
+      const int64_t n = det_mk_output(c, it);
+      for (int b = 0; b < nb; ++b) x[b * H + n] = det_add_f32(x[b * H + n], y[b]);
+    };
+    det_mk_gemv<NB, R>(c, det_mk_items(c, H), K, row, in, K, nb, emit);
+  });
+}
+
+// MLP: normalized rows; per output n the gate row then the up row, then silu(gate) * up.
+template <int R>
+DET_DEV void det_mk_phase_mlp(const det_mk_ctx& c, int64_t l) {
+  const det_llama_model& m = c.P->model;
+  const det_llama_layer& L = m.layers[l];
+  const int64_t H = m.hidden, I = m.inter;
+  float* act = c.P->ws.act;
+  const int nb = c.tile->n;
+  det_mk_norm_rows(c, nb, nullptr, false, L.mlp_norm);
+  det_mk_with_nb(nb, [&]<int NB>() {
+    float gate[NB] = {};
+    auto row = [&](int64_t it) { return (it % 2 ? L.w_up : L.w_gate) + det_mk_output(c, it / 2) * H; };
+    auto emit = [&](int64_t it, const float* y) {
+      if (det_lane() != 0) return;
+      const int64_t n = det_mk_output(c, it / 2);
+      for (int b = 0; b < nb; ++b) {
+        if (it % 2 == 0) gate[b] = y[b];
+        else act[b * I + n] = det_mul_f32(det_silu_f32(gate[b]), y[b]);
+      }
+    };
+    det_mk_gemv<NB, R>(c, 2 * det_mk_items(c, I), H, row, c.area, H, nb, emit);
+  });
+}
+
+// HEAD: final norm of the wanted rows and the lm_head rows; logits go to the tile's destinations.
+template <int R>
+DET_DEV void det_mk_phase_head(const det_mk_ctx& c) {
+  const det_llama_model& m = c.P->model;
+  const det_mk_tile& t = *c.tile;
+  const int nw = t.n_want;
+  det_mk_norm_rows(c, nw, t.want_row, false, m.final_norm);
+  det_mk_with_nb(nw, [&]<int NB>() {
+    auto row = [&](int64_t it) { return m.lm_head + det_mk_output(c, it) * m.hidden; };
+    auto emit = [&](int64_t it, const float* y) {
+      if (det_lane() != 0) return;
+      const int64_t n = det_mk_output(c, it);
+      for (int j = 0; j < nw; ++j) t.dst[j][n] = y[j];
+    };
+    det_mk_gemv<NB, R>(c, det_mk_items(c, m.vocab), m.hidden, row, c.area, m.hidden, nw, emit);
+  });
+}
+
+// ARGMAX: block j (mod grid) ranks wanted row j's logits by the total order of det_argmax.h (any
+// partition gives the same id) and records the id as its sequence's next token.
+DET_DEV void det_mk_phase_argmax(const det_mk_ctx& c) {
+  const det_mk_tile& t = *c.tile;
+  const int64_t V = c.P->model.vocab;
+  float* best_v = c.area;
+  int32_t* best_i = (int32_t*)(c.area + det_warps());
+  for (int j = det_block(); j < t.n_want; j += det_blocks()) {
+    const float* lg = t.dst[j];
+    float v = lg[0];
+    int32_t id = 0;
+    for (int64_t n = det_thread(); n < V; n += det_threads())
+      if (det_argmax_better(lg[n], n, v, id)) v = lg[n], id = (int32_t)n;
+    for (int delta = DET_WARP / 2; delta >= 1; delta >>= 1) {
+      float ov = v;
+      int32_t oi = id;
+      det_shfl_down_n(&ov, 1, delta);
+      det_shfl_down_n(&oi, 1, delta);
+      if (det_argmax_better(ov, oi, v, id)) v = ov, id = oi;
+    }
+    if (det_lane() == 0) best_v[det_warp()] = v, best_i[det_warp()] = id;
+    det_sync_block();
+    if (det_thread() == 0) {
+      for (int w = 1; w < det_warps(); ++w)
+        if (det_argmax_better(best_v[w], best_i[w], v, id)) v = best_v[w], id = best_i[w];
+      c.P->ws.next_token[t.seq[t.want_row[j]]] = id;
+    }
+    det_sync_block();
+  }
+}
+
+// One tile through every layer and, for its wanted rows, the head.
+template <int R>
+DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
+  const det_llama_model& m = c.P->model;
+  const det_mk_workspace& ws = c.P->ws;
+  for (int64_t l = 0; l < m.n_layers; ++l) {
+    det_mk_phase_qkv<R>(c, l);
+    det_sync_grid(ws.barrier);
+    det_mk_phase_rope(c, l);
+    det_sync_grid(ws.barrier);
+    det_mk_phase_attn(c, l);
+    det_sync_grid(ws.barrier);
+    det_mk_phase_residual_gemv<R>(c, m.layers[l].wo, ws.att, m.n_heads * m.head_dim);
+    det_sync_grid(ws.barrier);
+    det_mk_phase_mlp<R>(c, l);
+    det_sync_grid(ws.barrier);
+    det_mk_phase_residual_gemv<R>(c, m.layers[l].w_down, ws.act, m.inter);
+    det_sync_grid(ws.barrier);
+  }
+  if (c.tile->n_want > 0) {
+    det_mk_phase_head<R>(c);
+    det_sync_grid(ws.barrier);
+  }
+}
+
+// ---- the program ------------------------------------------------------------------------------
+
+// Thread 0 of each block: the prefill tile of program rows r0 .. r0 + n - 1.
+DET_DEV void det_mk_build_prefill_tile(const det_mk_params& P, det_mk_tile& t, int64_t r0, int64_t want_seen) {
+  const det_mk_program& p = P.prog;
+  const int64_t V = P.model.vocab;
+  const bool gen = p.max_new > 0;
+  t.n = (int)(p.n_rows - r0 < P.geo.tile_rows ? p.n_rows - r0 : P.geo.tile_rows);
+  t.n_want = 0;
+  for (int i = 0; i < t.n; ++i) {
+    t.token[i] = p.tokens[r0 + i];
+    t.pos[i] = p.positions[r0 + i];
+    t.seq[i] = p.seq[r0 + i];
+    if (!p.want[r0 + i]) continue;
+    const int j = t.n_want++, s = t.seq[i];
+    t.want_row[j] = i;
+    if (!gen) t.dst[j] = p.logits + (want_seen + j) * V;
+    else t.dst[j] = p.step_logits ? p.step_logits + s * p.max_new * V : P.ws.logits + j * V;
+    if (gen) t.next_pos[s] = t.pos[i] + 1;
+  }
+}
+
+// Thread 0 of each block: records step `step`'s tokens (block 0 writes the outputs), retires the
+// sequences that stop, and lists the others, with the token each feeds back.
+DET_DEV void det_mk_plan_decode_step(const det_mk_params& P, det_mk_tile& t, int64_t step) {
+  const det_mk_program& p = P.prog;
+  t.n_step = 0;
+  for (int s = 0; s < p.n_seq; ++s) {
+    if (!t.live[s]) continue;
+    const int32_t id = P.ws.next_token[s];
+    if (det_block() == 0) {
+      p.out_tokens[s * p.max_new + step] = id;
+      p.out_lengths[s] = step + 1;
+    }
+    bool stop = step + 1 == p.max_new;
+    for (int64_t i = 0; i < p.n_stop; ++i) stop = stop || p.stop_ids[i] == id;
+    if (stop) {
+      t.live[s] = 0;
+      continue;
+    }
+    t.step_seq[t.n_step] = s;
+    t.step_token[t.n_step++] = id;
+  }
+}
+
+// Thread 0 of each block: the tile of the step's rows r0 .. r0 + n - 1 (every row wants logits:
+// the logits of token step + 1).
+DET_DEV void det_mk_build_decode_tile(const det_mk_params& P, det_mk_tile& t, int64_t step, int r0) {
+  const det_mk_program& p = P.prog;
+  const int64_t V = P.model.vocab;
+  t.n = t.n_step - r0 < P.geo.tile_rows ? t.n_step - r0 : P.geo.tile_rows;
+  t.n_want = t.n;
+  for (int r = 0; r < t.n; ++r) {
+    const int s = t.step_seq[r0 + r];
+    t.token[r] = t.step_token[r0 + r];
+    t.pos[r] = t.next_pos[s]++;
+    t.seq[r] = s;
+    t.want_row[r] = r;
+    t.dst[r] = p.step_logits ? p.step_logits + (s * p.max_new + step + 1) * V : P.ws.logits + r * V;
+  }
+}
+
+template <int R>
+DET_DEV void det_mk_run(const det_mk_params& P) {
+  unsigned char* smem = det_smem();
+  det_mk_tile* tile = (det_mk_tile*)smem;
+  det_vec_u32x4* rings = (det_vec_u32x4*)(smem + det_mk_smem_ring_offset());
+  det_mk_ctx c;
+  c.P = &P;
+  c.tile = tile;
+  c.ring = rings + det_warp() * R * DET_WARP;
+  c.area = (float*)(rings + det_warps() * R * DET_WARP);
+  c.gwarp = det_block() * det_warps() + det_warp();
+  c.nwarps = det_blocks() * det_warps();
+
+  const det_mk_program& p = P.prog;
+  const bool gen = p.max_new > 0;
+  if (det_thread() == 0)
+    for (int s = 0; s < DET_MK_ROWS_MAX; ++s) tile->live[s] = s < p.n_seq;
+  int64_t want_seen = 0;
+  for (int64_t r0 = 0; r0 < p.n_rows; r0 += P.geo.tile_rows) {
+    if (det_thread() == 0) det_mk_build_prefill_tile(P, *tile, r0, want_seen);
+    det_sync_block();
+    want_seen += tile->n_want;
+    det_mk_forward_tile<R>(c);
+    if (gen) det_mk_phase_argmax(c);
+    det_sync_block();  // every thread is done with the tile before thread 0 rebuilds it
+  }
+  if (!gen) return;
+  det_sync_grid(P.ws.barrier);
+  for (int64_t step = 0;; ++step) {
+    if (det_thread() == 0) det_mk_plan_decode_step(P, *tile, step);
+    det_sync_block();
+    if (tile->n_step == 0) break;
+    for (int r0 = 0; r0 < tile->n_step; r0 += P.geo.tile_rows) {
+      if (det_thread() == 0) det_mk_build_decode_tile(P, *tile, step, r0);
+      det_sync_block();
+      det_mk_forward_tile<R>(c);
+      det_mk_phase_argmax(c);
+      det_sync_block();
+    }
+    det_sync_grid(P.ws.barrier);  // every block's argmax results are visible to every block
+  }
+}

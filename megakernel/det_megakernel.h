@@ -1,0 +1,141 @@
+// det_megakernel.h: the megakernel's program, geometry and workspace (plain C++, no CUDA), shared
+// by the GPU launcher (det_infer_cuda/det_megakernel.cu), the host emulation
+// (det_infer_cpu/emu/det_megakernel_emu.cpp) and the torch binding. docs/SPEC.md §14.
+//
+// One launch runs a program: first the rows (token, position, sequence) in order, in tiles of up
+// to tile_rows rows, each tile through every layer; then, in generate mode, greedy decoding of
+// every sequence until max_new tokens or a stop id, one row per live sequence per step. Logits are
+// computed for the rows marked "want". The math of a row never depends on the tile it rides in,
+// so the tile size, like every other geometry field, is scheduling only.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../contract/det_llama_model.h"
+
+#if defined(__CUDACC__)
+#define DET_MK_HD __host__ __device__ inline
+#else
+#define DET_MK_HD inline
+#endif
+
+#define DET_MK_ROWS_MAX 16       // rows per tile, and sequences per generate program
+#define DET_MK_HEAD_DIM_MAX 256  // attention keeps one 8-wide slice of q per lane
+#define DET_MK_RING_MAX 4
+
+// Launch geometry: scheduling only, never a bit of the result (docs/SPEC.md §14.3).
+struct det_mk_geometry {
+  int grid;        // blocks (all resident: cooperative launch)
+  int warps;       // warps per block
+  int ring;        // weight-ring depth per warp: 2 or 4 stages of 16 bytes per lane
+  int tile_rows;   // rows carried through the layers together: 1, 2, 4, 8 or 16
+  uint64_t seed;   // emulation only: the fiber schedule (0: a fixed order)
+};
+
+struct det_mk_seq {
+  float* k;  // (n_layers, capacity, kv_heads*head_dim)
+  float* v;
+  int64_t capacity;
+};
+
+struct det_mk_program {
+  int64_t n_rows;
+  const int32_t* tokens;     // (n_rows,)
+  const int64_t* positions;  // (n_rows,)
+  const int32_t* seq;        // (n_rows,) index into seqs
+  const uint8_t* want;       // (n_rows,) 1: compute this row's logits
+  int64_t n_seq;
+  const det_mk_seq* seqs;    // (n_seq,)
+  // Forward mode (max_new == 0): the wanted rows' logits, (n_want, vocab) in row order.
+  float* logits;
+  // Generate mode (max_new > 0): each sequence has exactly one wanted row, its last prompt row;
+  // decoding continues at the next position. out_tokens (n_seq, max_new), out_lengths (n_seq,),
+  // step_logits (n_seq, max_new, vocab) or null.
+  int64_t max_new;
+  const int32_t* stop_ids;
+  int64_t n_stop;
+  int32_t* out_tokens;
+  int64_t* out_lengths;
+  float* step_logits;
+};
+
+// Device scratch, carved from one buffer (det_mk_workspace_layout). Sizes are for tile_rows rows.
+struct det_mk_workspace {
+  float* x;       // (rows, hidden) the residual stream
+  float* q;       // (rows, heads*head_dim)
+  float* k;       // (rows, kv_heads*head_dim)
+  float* v;       // (rows, kv_heads*head_dim)
+  float* att;     // (rows, heads*head_dim) attention output
+  float* act;     // (rows, inter) silu(gate) * up
+  float* logits;  // (rows, vocab) generate mode without step_logits
+  float* sincos;  // (rows, rope_pairs, 2) the rows' rope (sin, cos)
+  int32_t* next_token;   // (DET_MK_ROWS_MAX,) each sequence's latest argmax
+  unsigned int* barrier; // (2,) the grid barrier; zero before launch
+};
+
+struct det_mk_params {
+  det_llama_model model;  // device pointers (host pointers under emulation)
+  det_mk_program prog;
+  det_mk_workspace ws;
+  det_mk_geometry geo;
+};
+
+// The tile: rows carried through the layers together, identical in every block (thread 0 of
+// each block builds it from the program and the shared argmax results).
+struct det_mk_tile {
+  int n;       // rows
+  int n_want;  // rows whose logits are computed
+  int32_t token[DET_MK_ROWS_MAX];
+  int32_t seq[DET_MK_ROWS_MAX];
+  int64_t pos[DET_MK_ROWS_MAX];
+  int32_t want_row[DET_MK_ROWS_MAX];  // tile rows of the wanted rows, in order
+  float* dst[DET_MK_ROWS_MAX];        // where each wanted row's logits go
+  // generate mode: per sequence, and the current decode step's rows (split into tiles)
+  int64_t next_pos[DET_MK_ROWS_MAX];
+  int32_t live[DET_MK_ROWS_MAX];
+  int n_step;
+  int32_t step_seq[DET_MK_ROWS_MAX];
+  int32_t step_token[DET_MK_ROWS_MAX];
+};
+
+// Shared memory per block: the tile, then each warp's weight ring (ring x 32 lanes x 16 bytes),
+// then the phase area: the tile's normalized rows (tile_rows x hidden), or per warp the attention
+// scratch (scores and exps of one chunk, the running numerator), or the argmax partials.
+DET_MK_HD size_t det_mk_smem_ring_offset() { return (sizeof(det_mk_tile) + 15) / 16 * 16; }
+DET_MK_HD size_t det_mk_attn_scratch_floats(const det_llama_model* m) {
+  return 2 * 128 + (size_t)m->head_dim;  // 128 = DET_ATTN_CHUNK (asserted in det_megakernel.cuh)
+}
+DET_MK_HD size_t det_mk_smem_bytes(const det_llama_model* m, const det_mk_geometry* g) {
+  size_t area = (size_t)g->tile_rows * (size_t)m->hidden;
+  const size_t attn = (size_t)g->warps * det_mk_attn_scratch_floats(m), argmax = 2 * (size_t)g->warps;
+  area = area > attn ? area : attn;
+  area = area > argmax ? area : argmax;
+  return det_mk_smem_ring_offset() + (size_t)g->warps * g->ring * 32 * 16 + area * sizeof(float);
+}
+
+// Errors of validation (before any launch).
+enum {
+  DET_MK_OK = 0,
+  DET_MK_ERR_SHAPE = -10,     // a model dimension the megakernel cannot take (see det_mk_check_model)
+  DET_MK_ERR_GEOMETRY = -11,  // grid/warps/ring/tile_rows outside their ranges
+  DET_MK_ERR_PROGRAM = -12,   // rows, sequences, positions or outputs inconsistent
+  DET_MK_ERR_DEADLOCK = -13,  // emulation: a synchronization was not reached by every thread
+  DET_MK_ERR_LAUNCH = -14,    // the CUDA launch failed (message from the launcher)
+};
+
+// Workspace bytes for a model and tile size; det_mk_workspace_carve points the fields into buf.
+size_t det_mk_workspace_bytes(const det_llama_model* m, int tile_rows);
+det_mk_workspace det_mk_workspace_carve(const det_llama_model* m, int tile_rows, void* buf);
+
+// Checks made on the host before a launch, with host-side copies of the program's arrays (the
+// program's pointers may be device pointers; these are not). Returns DET_MK_OK or an error and
+// fills why (a sentence) when why is not null.
+int det_mk_check_model(const det_llama_model* m, const char** why);
+int det_mk_check_geometry(const det_mk_geometry* g, const char** why);
+int det_mk_check_program(const det_llama_model* m, const det_mk_program* p, const int32_t* tokens,
+                         const int64_t* positions, const int32_t* seq, const uint8_t* want,
+                         const int64_t* capacities, const char** why);
+
+// Host emulation: runs the megakernel's device code on this thread, one fiber per CUDA thread.
+int det_mk_run_emulated(const det_mk_params* p);

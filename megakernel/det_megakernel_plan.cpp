@@ -1,0 +1,108 @@
+// det_megakernel_plan.cpp: the host side of a megakernel launch that does not depend on where it
+// runs: workspace layout and the validation that turns bad input into an error code (and a
+// sentence) before anything is launched. Shared by the GPU launcher and the emulation.
+#include <string.h>
+
+#include "det_megakernel.h"
+
+namespace {
+
+struct Sizes {
+  int64_t x, q, kv, att, act, logits, sincos;
+};
+
+Sizes sizes(const det_llama_model* m, int rows) {
+  const int64_t QD = m->n_heads * m->head_dim, KVD = m->n_kv_heads * m->head_dim;
+  return {rows * m->hidden, rows * QD, rows * KVD, rows * QD, rows * m->inter, rows * m->vocab,
+          rows * m->rope_pairs * 2};
+}
+
+int fail(const char** why, int code, const char* text) {
+  if (why) *why = text;
+  return code;
+}
+
+}  // namespace
+
+size_t det_mk_workspace_bytes(const det_llama_model* m, int tile_rows) {
+  const Sizes s = sizes(m, tile_rows);
+  const int64_t floats = s.x + s.q + 2 * s.kv + s.att + s.act + s.logits + s.sincos;
+  return (size_t)floats * sizeof(float) + DET_MK_ROWS_MAX * sizeof(int32_t) + 4 * sizeof(unsigned int);
+}
+
+det_mk_workspace det_mk_workspace_carve(const det_llama_model* m, int tile_rows, void* buf) {
+  const Sizes s = sizes(m, tile_rows);
+  det_mk_workspace w;
+  float* f = (float*)buf;
+  w.x = f; f += s.x;
+  w.q = f; f += s.q;
+  w.k = f; f += s.kv;
+  w.v = f; f += s.kv;
+  w.att = f; f += s.att;
+  w.act = f; f += s.act;
+  w.logits = f; f += s.logits;
+  w.sincos = f; f += s.sincos;
+  w.next_token = (int32_t*)f;
+  w.barrier = (unsigned int*)(w.next_token + DET_MK_ROWS_MAX);
+  return w;
+}
+
+int det_mk_check_model(const det_llama_model* m, const char** why) {
+  if (m->hidden % 8 || m->inter % 8 || m->head_dim % 8)
+    return fail(why, DET_MK_ERR_SHAPE, "the megakernel needs hidden_size, intermediate_size and head_dim to be "
+                                       "multiples of 8 (16-byte weight loads)");
+  if (m->head_dim > DET_MK_HEAD_DIM_MAX)
+    return fail(why, DET_MK_ERR_SHAPE, "the megakernel supports head_dim up to 256");
+  if (m->vocab > (int64_t)1 << 30 || m->n_layers < 1 || m->n_heads < 1 || m->n_kv_heads < 1 ||
+      m->n_heads % m->n_kv_heads)
+    return fail(why, DET_MK_ERR_SHAPE, "inconsistent model shape (heads, kv heads, layers or vocab)");
+  return DET_MK_OK;
+}
+
+int det_mk_check_geometry(const det_mk_geometry* g, const char** why) {
+  const int t = g->tile_rows;
+  if (g->grid < 1 || g->grid > 65535)
+    return fail(why, DET_MK_ERR_GEOMETRY, "grid must be in [1, 65535] blocks");
+  if (g->warps < 1 || g->warps > 32)
+    return fail(why, DET_MK_ERR_GEOMETRY, "warps must be in [1, 32] per block");
+  if (g->ring != 2 && g->ring != 4)
+    return fail(why, DET_MK_ERR_GEOMETRY, "ring (weight-ring depth) must be 2 or 4");
+  if (t != 1 && t != 2 && t != 4 && t != 8 && t != 16)
+    return fail(why, DET_MK_ERR_GEOMETRY, "tile_rows must be 1, 2, 4, 8 or 16");
+  return DET_MK_OK;
+}
+
+int det_mk_check_program(const det_llama_model* m, const det_mk_program* p, const int32_t* tokens,
+                         const int64_t* positions, const int32_t* seq, const uint8_t* want,
+                         const int64_t* capacities, const char** why) {
+  if (p->n_rows < 1 || p->n_seq < 1)
+    return fail(why, DET_MK_ERR_PROGRAM, "a program needs at least one row and one sequence");
+  if (p->max_new > 0 && p->n_seq > DET_MK_ROWS_MAX)
+    return fail(why, DET_MK_ERR_PROGRAM, "a generate program takes at most 16 sequences");
+  if (p->max_new < 0 || p->n_stop < 0) return fail(why, DET_MK_ERR_PROGRAM, "negative max_new or stop count");
+  // Each sequence's rows come in increasing position order; in generate mode exactly its last row
+  // is wanted and the decode steps must fit its cache.
+  for (int64_t i = 0; i < p->n_rows; ++i) {
+    if (seq[i] < 0 || seq[i] >= p->n_seq) return fail(why, DET_MK_ERR_PROGRAM, "a row's sequence index is out of range");
+    if (tokens[i] < 0 || tokens[i] >= m->vocab) return fail(why, DET_MK_ERR_PROGRAM, "a token id is outside the vocabulary");
+    if (positions[i] < 0 || positions[i] >= capacities[seq[i]] || positions[i] > DET_MAX_POSITION)
+      return fail(why, DET_MK_ERR_PROGRAM, "a position is outside its KV cache or the 1M rope bound");
+  }
+  for (int64_t s = 0; s < p->n_seq; ++s) {
+    int64_t prev = -1, wanted = 0, last_row = -1, wanted_row = -1;
+    for (int64_t i = 0; i < p->n_rows; ++i) {
+      if (seq[i] != s) continue;
+      if (positions[i] <= prev) return fail(why, DET_MK_ERR_PROGRAM, "rows of one sequence must come in increasing position order");
+      prev = positions[i];
+      last_row = i;
+      if (want[i]) ++wanted, wanted_row = i;
+    }
+    if (p->max_new > 0) {
+      if (last_row < 0 || wanted != 1 || wanted_row != last_row)
+        return fail(why, DET_MK_ERR_PROGRAM, "in generate mode each sequence has rows and exactly its last row is wanted");
+      if (positions[last_row] + p->max_new > capacities[s] || positions[last_row] + p->max_new - 1 > DET_MAX_POSITION)
+        return fail(why, DET_MK_ERR_PROGRAM, "the generated tokens do not fit the sequence's KV cache");
+    }
+  }
+  return DET_MK_OK;
+}

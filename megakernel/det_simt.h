@@ -1,0 +1,151 @@
+// det_simt.h: the SIMT portability layer. The megakernel (det_megakernel.cuh) touches CUDA only
+// through these functions, so the same source runs on a GPU (nvcc: the CUDA built-ins below) and
+// on the host under emulation (g++/clang: every CUDA thread a fiber, det_infer_cpu/emu/
+// det_simt_host.cpp). DESIGN.md §2 and docs/SPEC.md §14.
+//
+// What the kernel may use:
+//   det_lane() det_warp() det_warps() det_block() det_blocks()  thread coordinates (warps of 32)
+//   det_sync_block()   __syncthreads            det_sync_warp()  __syncwarp
+//   det_sync_grid(bar) the grid barrier (integer atomics on the GPU; a rendezvous of every fiber
+//                      on the host); all blocks must be resident (cooperative launch)
+//   det_shfl_down_n(v, n, d) / det_shfl_idx_n(v, n, src)  warp shuffles of n 32-bit values
+//   det_smem()         the block's dynamic shared memory
+//   det_cp_async16 / det_cp_async_commit / det_cp_async_wait<N>  16-byte async copies global ->
+//                      shared (cp.async on sm_80+, a plain copy before sm_80 and on the host)
+// Every call that synchronizes must be reached by every thread of its scope (warp, block, grid),
+// as on the GPU; the emulator reports a deadlock instead of hanging when one is not.
+#pragma once
+
+#include <stdint.h>
+
+#define DET_WARP 32
+
+#if defined(__CUDACC__)
+// ================================ GPU =========================================================
+#define DET_DEV __device__ __forceinline__
+typedef uint4 det_vec_u32x4;
+typedef float4 det_vec_f32x4;
+
+DET_DEV int det_lane() { return threadIdx.x & (DET_WARP - 1); }
+DET_DEV int det_warp() { return threadIdx.x / DET_WARP; }
+DET_DEV int det_warps() { return blockDim.x / DET_WARP; }
+DET_DEV int det_thread() { return threadIdx.x; }
+DET_DEV int det_threads() { return blockDim.x; }
+DET_DEV int det_block() { return blockIdx.x; }
+DET_DEV int det_blocks() { return gridDim.x; }
+DET_DEV void det_sync_block() { __syncthreads(); }
+DET_DEV void det_sync_warp() { __syncwarp(); }
+
+template <typename T>
+DET_DEV void det_shfl_down_n(T* v, int n, int delta) {
+  for (int i = 0; i < n; ++i) v[i] = __shfl_down_sync(0xffffffffu, v[i], delta);
+}
+template <typename T>
+DET_DEV void det_shfl_idx_n(T* v, int n, int src) {
+  for (int i = 0; i < n; ++i) v[i] = __shfl_sync(0xffffffffu, v[i], src);
+}
+
+DET_DEV unsigned char* det_smem() {
+  extern __shared__ __align__(16) unsigned char det_dynamic_smem[];
+  return det_dynamic_smem;
+}
+
+// The grid barrier: word 0 counts arrivals, word 1 is the generation. The last block to arrive
+// resets the count and bumps the generation; the others wait for the bump. Integer atomics only.
+DET_DEV void det_sync_grid(unsigned int* bar) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    volatile unsigned int* gen = bar + 1;
+    const unsigned int g = *gen;
+    __threadfence();
+    if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+      atomicExch(bar, 0u);
+      __threadfence();
+      atomicAdd(bar + 1, 1u);
+    } else {
+      while (*gen == g) __nanosleep(20);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+DET_DEV void det_cp_async16(void* smem_dst, const void* gmem_src) {
+#if __CUDA_ARCH__ >= 800
+  const unsigned int dst = (unsigned int)__cvta_generic_to_shared(smem_dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src) : "memory");
+#else
+  *(uint4*)smem_dst = __ldg((const uint4*)gmem_src);
+#endif
+}
+DET_DEV void det_cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int N>
+DET_DEV void det_cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+#else
+// ================================ host emulation ==============================================
+#include <string.h>
+
+#define DET_DEV inline
+struct alignas(16) det_vec_u32x4 {
+  uint32_t x, y, z, w;
+};
+struct alignas(16) det_vec_f32x4 {
+  float x, y, z, w;
+};
+
+// Implemented by the fiber runtime (det_infer_cpu/emu/det_simt_host.cpp).
+namespace det_simt_host {
+int thread_idx();
+int block_dim();
+int block_idx();
+int grid_dim();
+unsigned char* smem();
+void sync_block();
+void sync_warp();
+void sync_grid();
+// Warp exchange: every lane offers n words and receives those of lane src (src_is_delta: lane +
+// src; a lane outside the warp reads its own), as __shfl_down_sync / __shfl_sync do.
+void exchange(uint32_t* words, int n, int src, bool src_is_delta);
+}  // namespace det_simt_host
+
+DET_DEV int det_lane() { return det_simt_host::thread_idx() & (DET_WARP - 1); }
+DET_DEV int det_warp() { return det_simt_host::thread_idx() / DET_WARP; }
+DET_DEV int det_warps() { return det_simt_host::block_dim() / DET_WARP; }
+DET_DEV int det_thread() { return det_simt_host::thread_idx(); }
+DET_DEV int det_threads() { return det_simt_host::block_dim(); }
+DET_DEV int det_block() { return det_simt_host::block_idx(); }
+DET_DEV int det_blocks() { return det_simt_host::grid_dim(); }
+DET_DEV void det_sync_block() { det_simt_host::sync_block(); }
+DET_DEV void det_sync_warp() { det_simt_host::sync_warp(); }
+DET_DEV void det_sync_grid(unsigned int*) { det_simt_host::sync_grid(); }
+DET_DEV unsigned char* det_smem() { return det_simt_host::smem(); }
+
+template <typename T>
+DET_DEV void det_shfl_n(T* v, int n, int src, bool is_delta) {
+  static_assert(sizeof(T) == 4, "warp shuffles move 32-bit values");
+  uint32_t w[128];
+  for (int i = 0; i < n; ++i) memcpy(&w[i], &v[i], 4);
+  det_simt_host::exchange(w, n, src, is_delta);
+  for (int i = 0; i < n; ++i) memcpy(&v[i], &w[i], 4);
+}
+template <typename T>
+DET_DEV void det_shfl_down_n(T* v, int n, int delta) { det_shfl_n(v, n, delta, true); }
+template <typename T>
+DET_DEV void det_shfl_idx_n(T* v, int n, int src) { det_shfl_n(v, n, src, false); }
+
+// Weights are read-only for the whole launch, so an immediate copy is what cp.async delivers.
+DET_DEV void det_cp_async16(void* smem_dst, const void* gmem_src) { memcpy(smem_dst, gmem_src, 16); }
+DET_DEV void det_cp_async_commit() {}
+template <int N>
+DET_DEV void det_cp_async_wait() {}
+
+#endif

@@ -1,0 +1,207 @@
+// megakernel_binding.cpp: the mega_* ops. On CUDA tensors they launch the megakernel
+// (det_infer_cuda/det_megakernel.cu); on CPU tensors they run the same device code under host SIMT
+// emulation (det_infer_cpu/emu/). Arguments are those of mak_forward / mak_generate plus the launch
+// geometry [grid, warps, ring, tile_rows, seed] (0 for grid, warps or tile_rows: the launcher's
+// choice on a GPU). Token, position and index tensors are CPU tensors on both paths: they are
+// validated on the host before anything is launched.
+#include <torch/library.h>
+
+#include <string>
+#include <vector>
+
+#include "../megakernel/det_megakernel.h"
+#include "model_args.h"
+#include "torch_binding.h"
+#if defined(CUDA_KERNEL)
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "../det_infer_cuda/det_megakernel_cuda.h"
+#endif
+
+namespace {
+
+// The program's row and sequence arrays on the host, alive for the whole call.
+struct HostProgram {
+  std::vector<int32_t> tokens, seq, stops;
+  std::vector<int64_t> positions, capacities;
+  std::vector<uint8_t> want;
+  std::vector<det_mk_seq> seqs;
+};
+
+det_mk_geometry parse_geometry(c10::IntArrayRef g) {
+  TORCH_CHECK_VALUE(g.size() == 5, "det-infer: geometry is [grid, warps, ring, tile_rows, seed], got ", g.size(),
+                    " values");
+  for (int i = 0; i < 4; ++i) TORCH_CHECK_VALUE(g[i] >= 0 && g[i] <= 65535, "det-infer: geometry value ", g[i], " out of range");
+  return {(int)g[0], (int)g[1], (int)g[2], (int)g[3], (uint64_t)g[4]};
+}
+
+void check(int rc, const char* why, const char* what) {
+  TORCH_CHECK_VALUE(rc == DET_MK_OK, "det-infer: ", what, ": ", why ? why : "invalid arguments", " (code ", rc, ")");
+}
+
+HostProgram host_program(const std::vector<det_kv_cache>& views) {
+  HostProgram h;
+  for (const det_kv_cache& v : views) {
+    h.seqs.push_back({v.k, v.v, v.capacity});
+    h.capacities.push_back(v.capacity);
+  }
+  return h;
+}
+
+#if defined(CUDA_KERNEL)
+// A device copy of a host array (kept alive by the returned tensor).
+template <typename T>
+torch::Tensor upload(const std::vector<T>& v, const torch::Device& dev) {
+  auto host = torch::from_blob((void*)v.data(), {(int64_t)(v.size() * sizeof(T))}, torch::kUInt8);
+  return v.empty() ? torch::empty({16}, torch::dtype(torch::kUInt8).device(dev)) : host.to(dev);
+}
+#endif
+
+// Validates and runs a program whose outputs (prog.logits / out_* / step_logits) are already set.
+void run(Assembled& a, const torch::Device& dev, HostProgram& h, det_mk_program prog, det_mk_geometry geo) {
+  const char* why = nullptr;
+  prog.n_rows = (int64_t)h.tokens.size();
+  prog.n_seq = (int64_t)h.seqs.size();
+  prog.n_stop = (int64_t)h.stops.size();
+  int rc = det_mk_check_model(&a.model, &why);
+  check(rc, why, "the megakernel cannot run this model");
+  rc = det_mk_check_program(&a.model, &prog, h.tokens.data(), h.positions.data(), h.seq.data(), h.want.data(),
+                            h.capacities.data(), &why);
+  check(rc, why, "invalid program");
+  det_mk_params p{};
+  p.model = a.model;
+  if (dev.is_cpu()) {
+    rc = det_mk_check_geometry(&geo, &why);
+    check(rc, why, "invalid geometry");
+    torch::Tensor ws = torch::zeros({(int64_t)det_mk_workspace_bytes(&a.model, geo.tile_rows) + 16}, torch::kUInt8);
+    prog.tokens = h.tokens.data();
+    prog.positions = h.positions.data();
+    prog.seq = h.seq.data();
+    prog.want = h.want.data();
+    prog.seqs = h.seqs.data();
+    prog.stop_ids = h.stops.data();
+    p.prog = prog;
+    p.ws = det_mk_workspace_carve(&a.model, geo.tile_rows, ws.data_ptr());
+    p.geo = geo;
+    check(det_mk_run_emulated(&p), "a synchronization was not reached by every thread (deadlock)", "emulation failed");
+    return;
+  }
+#if defined(CUDA_KERNEL)
+  const c10::cuda::CUDAGuard guard(dev);
+  rc = det_mk_cuda_resolve(&a.model, &geo, dev.index(), &why);
+  check(rc, why, "invalid geometry");
+  auto layers = upload(a.layers, dev), tokens = upload(h.tokens, dev), positions = upload(h.positions, dev);
+  auto seq = upload(h.seq, dev), want = upload(h.want, dev), seqs = upload(h.seqs, dev), stops = upload(h.stops, dev);
+  torch::Tensor ws = torch::zeros({(int64_t)det_mk_workspace_bytes(&a.model, geo.tile_rows) + 16},
+                                  torch::dtype(torch::kUInt8).device(dev));
+  p.model.layers = (const det_llama_layer*)layers.data_ptr();
+  prog.tokens = (const int32_t*)tokens.data_ptr();
+  prog.positions = (const int64_t*)positions.data_ptr();
+  prog.seq = (const int32_t*)seq.data_ptr();
+  prog.want = (const uint8_t*)want.data_ptr();
+  prog.seqs = (const det_mk_seq*)seqs.data_ptr();
+  prog.stop_ids = (const int32_t*)stops.data_ptr();
+  p.prog = prog;
+  p.ws = det_mk_workspace_carve(&a.model, geo.tile_rows, ws.data_ptr());
+  p.geo = geo;
+  rc = det_mk_cuda_launch(&p, c10::cuda::getCurrentCUDAStream(dev.index()).stream(), &why);
+  check(rc, why, "CUDA launch failed");
+  // The uploads must outlive the kernel: wait before they are freed.
+  C10_CUDA_CHECK(cudaStreamSynchronize(c10::cuda::getCurrentCUDAStream(dev.index()).stream()));
+#else
+  TORCH_CHECK_VALUE(false, "det-infer: this build has no CUDA support; tensors on ", dev, " cannot be used");
+#endif
+}
+
+void check_output(const torch::Tensor& t, at::ScalarType type, int64_t numel, const torch::Device& dev, const char* what) {
+  TORCH_CHECK_VALUE(t.scalar_type() == type && t.is_contiguous() && t.numel() == numel && t.device() == dev,
+                    "det-infer: ", what, " must be a contiguous ", type, " tensor of ", numel, " elements on ", dev);
+}
+
+}  // namespace
+
+void mega_forward(const std::vector<torch::Tensor>& weights, c10::IntArrayRef cfg, double eps,
+                  const torch::Tensor& inv_freq, const torch::Tensor& tokens, const torch::Tensor& positions,
+                  const std::vector<torch::Tensor>& caches, const torch::Tensor& cache_index,
+                  const torch::Tensor& want, torch::Tensor& logits, c10::IntArrayRef geometry) {
+  TORCH_CHECK_VALUE(!weights.empty(), "det-infer: no weights");
+  const torch::Device dev = weights[0].device();
+  Assembled a = assemble(weights, cfg, eps, inv_freq, dev);
+  HostProgram h = host_program(cache_views(a.model, caches, dev));
+  const int64_t n = tokens.numel();
+  TORCH_CHECK_VALUE(positions.numel() == n && cache_index.numel() == n && want.numel() == n,
+                    "det-infer: tokens, positions, cache_index and want must have one entry per row");
+  const int32_t* tok = host_ints<int32_t>(tokens, torch::kInt32, "tokens");
+  const int64_t* pos = host_ints<int64_t>(positions, torch::kInt64, "positions");
+  const int64_t* idx = host_ints<int64_t>(cache_index, torch::kInt64, "cache_index");
+  const uint8_t* wl = host_ints<uint8_t>(want, torch::kUInt8, "want");
+  int64_t n_want = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    TORCH_CHECK_VALUE(idx[i] >= 0 && idx[i] < (int64_t)h.seqs.size(), "det-infer: cache_index out of range");
+    h.tokens.push_back(tok[i]);
+    h.positions.push_back(pos[i]);
+    h.seq.push_back((int32_t)idx[i]);
+    h.want.push_back(wl[i] != 0);
+    n_want += wl[i] != 0;
+  }
+  check_output(logits, torch::kFloat32, n_want * a.model.vocab, dev, "logits");
+  det_mk_program prog{};
+  prog.logits = logits.data_ptr<float>();
+  run(a, dev, h, prog, parse_geometry(geometry));
+}
+
+void mega_generate(const std::vector<torch::Tensor>& weights, c10::IntArrayRef cfg, double eps,
+                   const torch::Tensor& inv_freq, const torch::Tensor& prompts, const torch::Tensor& prompt_offsets,
+                   const torch::Tensor& start_positions, const std::vector<torch::Tensor>& caches, int64_t max_new,
+                   const torch::Tensor& stop_ids, torch::Tensor& out_tokens, torch::Tensor& out_lengths,
+                   torch::Tensor& step_logits, c10::IntArrayRef geometry) {
+  TORCH_CHECK_VALUE(!weights.empty(), "det-infer: no weights");
+  const torch::Device dev = weights[0].device();
+  Assembled a = assemble(weights, cfg, eps, inv_freq, dev);
+  HostProgram h = host_program(cache_views(a.model, caches, dev));
+  const int64_t B = (int64_t)h.seqs.size();
+  TORCH_CHECK_VALUE(B >= 1 && B <= DET_MK_ROWS_MAX, "det-infer: the megakernel generates for 1..", DET_MK_ROWS_MAX,
+                    " sequences, got ", B);
+  TORCH_CHECK_VALUE(prompt_offsets.numel() == B + 1 && start_positions.numel() == B,
+                    "det-infer: one cache, one start position and one prompt per sequence");
+  TORCH_CHECK_VALUE(max_new >= 1, "det-infer: max_new must be at least 1");
+  const int32_t* pr = host_ints<int32_t>(prompts, torch::kInt32, "prompts");
+  const int64_t* off = host_ints<int64_t>(prompt_offsets, torch::kInt64, "prompt_offsets");
+  const int64_t* start = host_ints<int64_t>(start_positions, torch::kInt64, "start_positions");
+  TORCH_CHECK_VALUE(off[0] == 0 && off[B] == prompts.numel(), "det-infer: prompt_offsets do not cover prompts");
+  for (int64_t b = 0; b < B; ++b) {
+    TORCH_CHECK_VALUE(off[b + 1] > off[b], "det-infer: prompt ", b, " is empty");
+    for (int64_t i = off[b]; i < off[b + 1]; ++i) {
+      h.tokens.push_back(pr[i]);
+      h.positions.push_back(start[b] + i - off[b]);
+      h.seq.push_back((int32_t)b);
+      h.want.push_back(i == off[b + 1] - 1);
+    }
+  }
+  const int32_t* st = host_ints<int32_t>(stop_ids, torch::kInt32, "stop_ids");
+  h.stops.assign(st, st + stop_ids.numel());
+  check_output(out_tokens, torch::kInt32, B * max_new, dev, "out_tokens");
+  check_output(out_lengths, torch::kInt64, B, dev, "out_lengths");
+  det_mk_program prog{};
+  prog.max_new = max_new;
+  prog.out_tokens = out_tokens.data_ptr<int32_t>();
+  prog.out_lengths = out_lengths.data_ptr<int64_t>();
+  if (step_logits.numel() > 0) {
+    check_output(step_logits, torch::kFloat32, B * max_new * a.model.vocab, dev, "step_logits");
+    prog.step_logits = step_logits.data_ptr<float>();
+  }
+  run(a, dev, h, prog, parse_geometry(geometry));
+}
+
+void register_megakernel_ops(torch::Library& ops) {
+  // mak_forward through the megakernel (CUDA tensors) or its host emulation (CPU tensors).
+  ops.def("mega_forward(Tensor[] weights, int[] cfg, float eps, Tensor inv_freq, Tensor tokens, Tensor positions, "
+          "Tensor(a!)[] caches, Tensor cache_index, Tensor want, Tensor! logits, int[] geometry) -> ()");
+  ops.impl("mega_forward", c10::DispatchKey::CompositeExplicitAutograd, &mega_forward);
+  // mak_generate as one megakernel launch (or its host emulation).
+  ops.def("mega_generate(Tensor[] weights, int[] cfg, float eps, Tensor inv_freq, Tensor prompts, "
+          "Tensor prompt_offsets, Tensor start_positions, Tensor(a!)[] caches, int max_new, Tensor stop_ids, "
+          "Tensor! out_tokens, Tensor! out_lengths, Tensor! step_logits, int[] geometry) -> ()");
+  ops.impl("mega_generate", c10::DispatchKey::CompositeExplicitAutograd, &mega_generate);
+}

@@ -1,0 +1,83 @@
+// model_args.cpp: see model_args.h.
+#include "model_args.h"
+
+namespace {
+
+const uint16_t* bf16_ptr(const torch::Tensor& t, std::vector<int64_t> shape, const std::string& what,
+                         const torch::Device& device) {
+  TORCH_CHECK_TYPE(t.scalar_type() == torch::kBFloat16, "det-infer: ", what, " must be bfloat16, got ",
+                   t.scalar_type());
+  TORCH_CHECK_VALUE(t.device() == device && t.is_contiguous(), "det-infer: ", what, " must be a contiguous tensor on ",
+                    device, ", got one on ", t.device());
+  TORCH_CHECK_VALUE(t.sizes() == c10::IntArrayRef(shape), "det-infer: ", what, " has shape ", t.sizes(),
+                    ", expected ", c10::IntArrayRef(shape));
+  return reinterpret_cast<const uint16_t*>(t.data_ptr());
+}
+
+}  // namespace
+
+Assembled assemble(const std::vector<torch::Tensor>& w, c10::IntArrayRef cfg, double eps,
+                   const torch::Tensor& inv_freq, const torch::Device& device) {
+  TORCH_CHECK_VALUE(cfg.size() == CFG_COUNT, "det-infer: cfg has ", cfg.size(), " fields, expected ", CFG_COUNT);
+  for (int i = 0; i < CFG_COUNT; ++i)
+    TORCH_CHECK_VALUE(cfg[i] >= 0, "det-infer: cfg field ", i, " is negative");
+  Assembled a{};
+  det_llama_model& m = a.model;
+  m.hidden = cfg[CFG_HIDDEN]; m.n_layers = cfg[CFG_LAYERS]; m.n_heads = cfg[CFG_HEADS];
+  m.n_kv_heads = cfg[CFG_KV_HEADS]; m.head_dim = cfg[CFG_HEAD_DIM]; m.inter = cfg[CFG_INTER];
+  m.vocab = cfg[CFG_VOCAB]; m.rope_pairs = cfg[CFG_ROPE_PAIRS]; m.sliding_window = cfg[CFG_SLIDING_WINDOW];
+  m.rms_eps = (float)eps;
+  TORCH_CHECK_VALUE(m.hidden > 0 && m.n_layers > 0 && m.n_heads > 0 && m.n_kv_heads > 0 && m.head_dim > 0 &&
+                        m.inter > 0 && m.vocab > 0 && m.n_heads % m.n_kv_heads == 0 &&
+                        2 * m.rope_pairs <= m.head_dim,
+                    "det-infer: inconsistent model config");
+  const bool qk = cfg[CFG_QK_NORM] != 0, tied = cfg[CFG_TIED] != 0;
+  const size_t per_layer = qk ? 11 : 9, head = tied ? 2 : 3;
+  TORCH_CHECK_VALUE(w.size() == head + per_layer * m.n_layers, "det-infer: got ", w.size(),
+                    " weight tensors, expected ", head + per_layer * m.n_layers);
+  TORCH_CHECK_TYPE(inv_freq.scalar_type() == torch::kFloat64 && inv_freq.is_contiguous() &&
+                       inv_freq.numel() == m.rope_pairs && inv_freq.device() == device,
+                   "det-infer: inv_freq must be contiguous float64 with ", m.rope_pairs, " entries on ", device);
+  m.inv_freq = inv_freq.data_ptr<double>();
+  const int64_t H = m.hidden, D = m.head_dim, QD = m.n_heads * D, KVD = m.n_kv_heads * D, I = m.inter;
+  m.embed = bf16_ptr(w[0], {m.vocab, H}, "embed_tokens", device);
+  m.final_norm = bf16_ptr(w[1], {H}, "norm", device);
+  m.lm_head = tied ? m.embed : bf16_ptr(w[2], {m.vocab, H}, "lm_head", device);
+  a.layers.resize(m.n_layers);
+  for (int64_t l = 0; l < m.n_layers; ++l) {
+    size_t i = head + l * per_layer;
+    std::string p = "layers." + std::to_string(l) + ".";
+    det_llama_layer& L = a.layers[l];
+    L.attn_norm = bf16_ptr(w[i++], {H}, p + "input_layernorm", device);
+    L.wq = bf16_ptr(w[i++], {QD, H}, p + "q_proj", device);
+    L.wk = bf16_ptr(w[i++], {KVD, H}, p + "k_proj", device);
+    L.wv = bf16_ptr(w[i++], {KVD, H}, p + "v_proj", device);
+    L.wo = bf16_ptr(w[i++], {H, QD}, p + "o_proj", device);
+    L.q_norm = qk ? bf16_ptr(w[i++], {D}, p + "q_norm", device) : nullptr;
+    L.k_norm = qk ? bf16_ptr(w[i++], {D}, p + "k_norm", device) : nullptr;
+    L.mlp_norm = bf16_ptr(w[i++], {H}, p + "post_attention_layernorm", device);
+    L.w_gate = bf16_ptr(w[i++], {I, H}, p + "gate_proj", device);
+    L.w_up = bf16_ptr(w[i++], {I, H}, p + "up_proj", device);
+    L.w_down = bf16_ptr(w[i++], {H, I}, p + "down_proj", device);
+  }
+  m.layers = a.layers.data();
+  return a;
+}
+
+std::vector<det_kv_cache> cache_views(const det_llama_model& m, const std::vector<torch::Tensor>& caches,
+                                      const torch::Device& device) {
+  std::vector<det_kv_cache> out;
+  const int64_t KVD = m.n_kv_heads * m.head_dim;
+  for (size_t i = 0; i < caches.size(); ++i) {
+    const torch::Tensor& c = caches[i];
+    TORCH_CHECK_TYPE(c.scalar_type() == torch::kFloat32, "det-infer: KV cache ", i, " must be float32");
+    TORCH_CHECK_VALUE(c.device() == device && c.is_contiguous() && c.dim() == 4 && c.size(0) == 2 &&
+                          c.size(1) == m.n_layers && c.size(3) == KVD,
+                      "det-infer: KV cache ", i, " must be a contiguous (2, ", m.n_layers, ", capacity, ",
+                      KVD, ") float32 tensor on ", device, ", got ", c.sizes(), " on ", c.device());
+    float* base = c.data_ptr<float>();
+    out.push_back({base, base + c.numel() / 2, c.size(2)});
+  }
+  return out;
+}
+

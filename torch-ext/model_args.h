@@ -1,0 +1,39 @@
+// model_args.h: turning the mak_* / mega_* op arguments (a weight list in the canonical order of
+// torch-ext/det_infer/names.py, the integer config, KV-cache tensors, index tensors) into the
+// torch-free structs of contract/det_llama_model.h, checking every tensor on the way.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "../contract/det_llama_model.h"
+
+// cfg: the integer config, in this order (torch-ext/det_infer/config.py, LLAMA_CFG_FIELDS).
+enum {
+  CFG_HIDDEN, CFG_LAYERS, CFG_HEADS, CFG_KV_HEADS, CFG_HEAD_DIM, CFG_INTER, CFG_VOCAB,
+  CFG_ROPE_PAIRS, CFG_SLIDING_WINDOW, CFG_QK_NORM, CFG_TIED, CFG_COUNT
+};
+
+struct Assembled {
+  det_llama_model model;
+  std::vector<det_llama_layer> layers;  // model.layers points here
+};
+
+// The model from its tensors; every weight and inv_freq must live on `device`.
+Assembled assemble(const std::vector<torch::Tensor>& w, c10::IntArrayRef cfg, double eps,
+                   const torch::Tensor& inv_freq, const torch::Device& device);
+
+// Views of (2, layers, capacity, kv_heads*head_dim) float32 KV-cache tensors on `device`.
+std::vector<det_kv_cache> cache_views(const det_llama_model& m, const std::vector<torch::Tensor>& caches,
+                                      const torch::Device& device);
+
+// A contiguous 1-d CPU tensor of the given type.
+template <typename T>
+const T* host_ints(const torch::Tensor& t, at::ScalarType type, const char* what) {
+  TORCH_CHECK_TYPE(t.scalar_type() == type, "det-infer: ", what, " must be ", type, ", got ", t.scalar_type());
+  TORCH_CHECK_VALUE(t.is_cpu() && t.is_contiguous() && t.dim() == 1, "det-infer: ", what,
+                    " must be a contiguous 1-d CPU tensor");
+  return t.data_ptr<T>();
+}
