@@ -10,10 +10,7 @@
 // registers (docs/RESULTS.md reports registers and spills per architecture).
 #define DET_MK_MAX_THREADS 256
 
-template <int R>
-__global__ void __launch_bounds__(DET_MK_MAX_THREADS) det_mk_kernel(const det_mk_params p) {
-  det_mk_run<R>(p);
-}
+__global__ void __launch_bounds__(DET_MK_MAX_THREADS) det_mk_kernel(const det_mk_params p) { det_mk_run(p); }
 
 namespace {
 
@@ -22,9 +19,6 @@ int fail(const char** why, int code, const char* text) {
   return code;
 }
 
-const void* kernel_for(int ring) {
-  return ring == 4 ? (const void*)&det_mk_kernel<4> : (const void*)&det_mk_kernel<2>;
-}
 
 }  // namespace
 
@@ -47,7 +41,7 @@ int det_mk_cuda_resolve(const det_llama_model* m, det_mk_geometry* g, int device
   if (rc != DET_MK_OK) return rc;
   const size_t smem = det_mk_smem_bytes(m, g);
   if (smem > smem_max) return fail(why, DET_MK_ERR_GEOMETRY, "the geometry needs more shared memory than the device has");
-  const void* k = kernel_for(g->ring);
+  const void* k = (const void*)&det_mk_kernel;
   if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
     return fail(why, DET_MK_ERR_LAUNCH, "cudaFuncSetAttribute failed");
   int per_sm = 0;
@@ -68,7 +62,7 @@ int det_mk_cuda_launch(const det_mk_params* p, void* stream, const char** why) {
     return fail(why, DET_MK_ERR_LAUNCH, "cudaMemsetAsync of the grid barrier failed");
   void* args[] = {(void*)p};
   const size_t smem = det_mk_smem_bytes(&p->model, &p->geo);
-  cudaError_t e = cudaLaunchCooperativeKernel(kernel_for(p->geo.ring), dim3(p->geo.grid), dim3(p->geo.warps * 32),
+  cudaError_t e = cudaLaunchCooperativeKernel((const void*)&det_mk_kernel, dim3(p->geo.grid), dim3(p->geo.warps * 32),
                                               args, smem, s);
   if (e != cudaSuccess) {
     if (why) *why = cudaGetErrorString(e);

@@ -33,7 +33,8 @@ static_assert(DET_ATTN_CHUNK == 128, "det_mk_attn_scratch_floats assumes 128-pos
 struct det_mk_ctx {
   const det_mk_params* P;
   det_mk_tile* tile;
-  det_vec_u32x4* ring;  // this warp's weight ring: ring x 32 lanes x 16 bytes
+  det_vec_u32x4* ring;  // this warp's weight ring: depth x 32 lanes x 16 bytes
+  int depth;            // ring stages: 2 or 4
   float* area;          // the block's phase area (normalized rows, attention scratch, argmax)
   int gwarp, nwarps;    // this warp's index in the grid, warps in the grid
 };
@@ -45,14 +46,8 @@ struct det_mk_ctx {
 // Reduction r's result is acc[r][0] on lane 0 (other lanes hold partial sums).
 template <int N>
 DET_DEV void det_mk_warp_tree(float (&acc)[N][8]) {
-  for (int delta = DET_WARP / 2; delta >= 1; delta >>= 1) {
-    float other[N][8];
-    for (int r = 0; r < N; ++r)
-      for (int i = 0; i < 8; ++i) other[r][i] = acc[r][i];
-    det_shfl_down_n(&other[0][0], N * 8, delta);
-    for (int r = 0; r < N; ++r)
-      for (int i = 0; i < 8; ++i) acc[r][i] = det_add_f32(acc[r][i], other[r][i]);
-  }
+  for (int delta = DET_WARP / 2; delta >= 1; delta >>= 1)
+    det_shfl_down_combine_n(&acc[0][0], N * 8, delta, [](float a, float b) { return det_add_f32(a, b); });
   for (int s = 4; s >= 1; s >>= 1)
     for (int r = 0; r < N; ++r)
       for (int i = 0; i < s; ++i) acc[r][i] = det_add_f32(acc[r][i], acc[r][i + s]);
@@ -80,28 +75,29 @@ DET_DEV void det_mk_with_nb(int n, F f) {
 }
 
 // The warp's GEMV rows: item it is the weight row row(it) (K bf16, 16-byte aligned, K % 8 == 0),
-// dotted with the nb input rows x + b*ldx. Weights stream through the warp's ring of R stages
+// dotted with the nb input rows x + b*ldx. Weights stream through the warp's ring of c.depth stages
 // (each lane copies and later reads only its own 16 bytes, so no warp barrier is needed); each
 // weight is read once for all nb rows. After each item, emit(it, y) runs on every lane with
 // y[b] = the canonical dot, valid on lane 0.
-template <int NB, int R, class Row, class Emit>
+template <int NB, class Row, class Emit>
 DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row row, const float* x,
                          int64_t ldx, int nb, Emit emit) {
   if (n_items <= 0) return;
   const int lane = det_lane();
   const int64_t steps = (K + 8 * DET_WARP - 1) / (8 * DET_WARP), total = n_items * steps;
   det_vec_u32x4* ring = c.ring;
+  const int depth = c.depth, mask = depth - 1;
   int64_t issue_it = 0, issue_s = 0, issued = 0;
   auto issue = [&]() {  // the next (item, step) into its ring slot, or an empty group at the end
     if (issued < total) {
       const int64_t k = issue_s * 8 * DET_WARP + 8 * lane;
-      if (k < K) det_cp_async16(&ring[(issued % R) * DET_WARP + lane], row(issue_it) + k);
+      if (k < K) det_cp_async16(&ring[(issued & mask) * DET_WARP + lane], row(issue_it) + k);
       if (++issue_s == steps) issue_s = 0, ++issue_it;
     }
     ++issued;
     det_cp_async_commit();
   };
-  for (int f = 0; f < R - 1; ++f) issue();
+  for (int f = 0; f < depth - 1; ++f) issue();
 
   float acc[NB][8];
   for (int b = 0; b < NB; ++b)
@@ -109,10 +105,11 @@ DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row ro
   int64_t it = 0, s = 0;
   for (int64_t f = 0; f < total; ++f) {
     issue();
-    det_cp_async_wait<R - 1>();
+    if (depth == 4) det_cp_async_wait<3>();  // stage f has landed; depth - 1 stay in flight
+    else det_cp_async_wait<1>();
     const int64_t k = s * 8 * DET_WARP + 8 * lane;
     if (k < K) {
-      const det_vec_u32x4 w4 = ring[(f % R) * DET_WARP + lane];
+      const det_vec_u32x4 w4 = ring[(f & mask) * DET_WARP + lane];
       const uint32_t words[4] = {w4.x, w4.y, w4.z, w4.w};
       float w[8];
       for (int j = 0; j < 4; ++j) {
@@ -186,8 +183,7 @@ DET_DEV void det_mk_embed_rows(const det_mk_ctx& c) {
 }
 
 // QKV: q, k, v (rows x outputs) = normalized rows times Wq, Wk, Wv (one range of rows).
-template <int R>
-DET_DEV void det_mk_phase_qkv(const det_mk_ctx& c, int64_t l) {
+DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, int64_t l) {
   const det_llama_model& m = c.P->model;
   const det_llama_layer& L = m.layers[l];
   const det_mk_workspace& ws = c.P->ws;
@@ -209,13 +205,13 @@ DET_DEV void det_mk_phase_qkv(const det_mk_ctx& c, int64_t l) {
         else ws.v[b * KVD + n - QD - KVD] = y[b];
       }
     };
-    det_mk_gemv<NB, R>(c, det_mk_items(c, QD + 2 * KVD), H, row, c.area, H, nb, emit);
+    det_mk_gemv<NB>(c, det_mk_items(c, QD + 2 * KVD), H, row, c.area, H, nb, emit);
   });
 }
 
 // ROPE: per (row, head): q and k heads get qk-norm (when the model has it) and the rotation; k
 // and v heads are written to the row's KV cache at its position.
-DET_DEV void det_mk_phase_rope(const det_mk_ctx& c, int64_t l) {
+DET_DEV_NOINLINE void det_mk_phase_rope(const det_mk_ctx& c, int64_t l) {
   const det_llama_model& m = c.P->model;
   const det_llama_layer& L = m.layers[l];
   const det_mk_workspace& ws = c.P->ws;
@@ -253,7 +249,7 @@ DET_DEV void det_mk_phase_rope(const det_mk_ctx& c, int64_t l) {
 // ATTN: one warp per (row, query head), over 128-position chunks (docs/SPEC.md §13.4). Per chunk:
 // scores (8 slots per tree), the max in slot order, e = exp(s - m), the canonical sums l and o[d]
 // with slot j at residue j (lane j/8), then the merge into the running (M, L, O).
-DET_DEV void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
+DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
   const det_llama_model& m = c.P->model;
   const det_mk_workspace& ws = c.P->ws;
   const det_mk_tile& t = *c.tile;
@@ -326,8 +322,7 @@ DET_DEV void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
 }
 
 // O and DOWN: rows of W (H x K) over the input rows; the result is added to the residual stream.
-template <int R>
-DET_DEV void det_mk_phase_residual_gemv(const det_mk_ctx& c, const uint16_t* W, const float* in, int64_t K) {
+DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const uint16_t* W, const float* in, int64_t K) {
   const int64_t H = c.P->model.hidden;
   float* x = c.P->ws.x;
   const int nb = c.tile->n;
@@ -338,13 +333,12 @@ DET_DEV void det_mk_phase_residual_gemv(const det_mk_ctx& c, const uint16_t* W, 
       const int64_t n = det_mk_output(c, it);
       for (int b = 0; b < nb; ++b) x[b * H + n] = det_add_f32(x[b * H + n], y[b]);
     };
-    det_mk_gemv<NB, R>(c, det_mk_items(c, H), K, row, in, K, nb, emit);
+    det_mk_gemv<NB>(c, det_mk_items(c, H), K, row, in, K, nb, emit);
   });
 }
 
 // MLP: normalized rows; per output n the gate row then the up row, then silu(gate) * up.
-template <int R>
-DET_DEV void det_mk_phase_mlp(const det_mk_ctx& c, int64_t l) {
+DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, int64_t l) {
   const det_llama_model& m = c.P->model;
   const det_llama_layer& L = m.layers[l];
   const int64_t H = m.hidden, I = m.inter;
@@ -362,13 +356,12 @@ DET_DEV void det_mk_phase_mlp(const det_mk_ctx& c, int64_t l) {
         else act[b * I + n] = det_mul_f32(det_silu_f32(gate[b]), y[b]);
       }
     };
-    det_mk_gemv<NB, R>(c, 2 * det_mk_items(c, I), H, row, c.area, H, nb, emit);
+    det_mk_gemv<NB>(c, 2 * det_mk_items(c, I), H, row, c.area, H, nb, emit);
   });
 }
 
 // HEAD: final norm of the wanted rows and the lm_head rows; logits go to the tile's destinations.
-template <int R>
-DET_DEV void det_mk_phase_head(const det_mk_ctx& c) {
+DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c) {
   const det_llama_model& m = c.P->model;
   const det_mk_tile& t = *c.tile;
   const int nw = t.n_want;
@@ -380,13 +373,13 @@ DET_DEV void det_mk_phase_head(const det_mk_ctx& c) {
       const int64_t n = det_mk_output(c, it);
       for (int j = 0; j < nw; ++j) t.dst[j][n] = y[j];
     };
-    det_mk_gemv<NB, R>(c, det_mk_items(c, m.vocab), m.hidden, row, c.area, m.hidden, nw, emit);
+    det_mk_gemv<NB>(c, det_mk_items(c, m.vocab), m.hidden, row, c.area, m.hidden, nw, emit);
   });
 }
 
 // ARGMAX: block j (mod grid) ranks wanted row j's logits by the total order of det_argmax.h (any
 // partition gives the same id) and records the id as its sequence's next token.
-DET_DEV void det_mk_phase_argmax(const det_mk_ctx& c) {
+DET_DEV_NOINLINE void det_mk_phase_argmax(const det_mk_ctx& c) {
   const det_mk_tile& t = *c.tile;
   const int64_t V = c.P->model.vocab;
   float* best_v = c.area;
@@ -416,26 +409,25 @@ DET_DEV void det_mk_phase_argmax(const det_mk_ctx& c) {
 }
 
 // One tile through every layer and, for its wanted rows, the head.
-template <int R>
 DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
   const det_llama_model& m = c.P->model;
   const det_mk_workspace& ws = c.P->ws;
   for (int64_t l = 0; l < m.n_layers; ++l) {
-    det_mk_phase_qkv<R>(c, l);
+    det_mk_phase_qkv(c, l);
     det_sync_grid(ws.barrier);
     det_mk_phase_rope(c, l);
     det_sync_grid(ws.barrier);
     det_mk_phase_attn(c, l);
     det_sync_grid(ws.barrier);
-    det_mk_phase_residual_gemv<R>(c, m.layers[l].wo, ws.att, m.n_heads * m.head_dim);
+    det_mk_phase_residual_gemv(c, m.layers[l].wo, ws.att, m.n_heads * m.head_dim);
     det_sync_grid(ws.barrier);
-    det_mk_phase_mlp<R>(c, l);
+    det_mk_phase_mlp(c, l);
     det_sync_grid(ws.barrier);
-    det_mk_phase_residual_gemv<R>(c, m.layers[l].w_down, ws.act, m.inter);
+    det_mk_phase_residual_gemv(c, m.layers[l].w_down, ws.act, m.inter);
     det_sync_grid(ws.barrier);
   }
   if (c.tile->n_want > 0) {
-    det_mk_phase_head<R>(c);
+    det_mk_phase_head(c);
     det_sync_grid(ws.barrier);
   }
 }
@@ -502,7 +494,6 @@ DET_DEV void det_mk_build_decode_tile(const det_mk_params& P, det_mk_tile& t, in
   }
 }
 
-template <int R>
 DET_DEV void det_mk_run(const det_mk_params& P) {
   unsigned char* smem = det_smem();
   det_mk_tile* tile = (det_mk_tile*)smem;
@@ -510,8 +501,9 @@ DET_DEV void det_mk_run(const det_mk_params& P) {
   det_mk_ctx c;
   c.P = &P;
   c.tile = tile;
-  c.ring = rings + det_warp() * R * DET_WARP;
-  c.area = (float*)(rings + det_warps() * R * DET_WARP);
+  c.depth = P.geo.ring;
+  c.ring = rings + det_warp() * c.depth * DET_WARP;
+  c.area = (float*)(rings + det_warps() * c.depth * DET_WARP);
   c.gwarp = det_block() * det_warps() + det_warp();
   c.nwarps = det_blocks() * det_warps();
 
@@ -524,7 +516,7 @@ DET_DEV void det_mk_run(const det_mk_params& P) {
     if (det_thread() == 0) det_mk_build_prefill_tile(P, *tile, r0, want_seen);
     det_sync_block();
     want_seen += tile->n_want;
-    det_mk_forward_tile<R>(c);
+    det_mk_forward_tile(c);
     if (gen) det_mk_phase_argmax(c);
     det_sync_block();  // every thread is done with the tile before thread 0 rebuilds it
   }
@@ -537,7 +529,7 @@ DET_DEV void det_mk_run(const det_mk_params& P) {
     for (int r0 = 0; r0 < tile->n_step; r0 += P.geo.tile_rows) {
       if (det_thread() == 0) det_mk_build_decode_tile(P, *tile, step, r0);
       det_sync_block();
-      det_mk_forward_tile<R>(c);
+      det_mk_forward_tile(c);
       det_mk_phase_argmax(c);
       det_sync_block();
     }

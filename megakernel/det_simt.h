@@ -9,6 +9,7 @@
 //   det_sync_grid(bar) the grid barrier (integer atomics on the GPU; a rendezvous of every fiber
 //                      on the host); all blocks must be resident (cooperative launch)
 //   det_shfl_down_n(v, n, d) / det_shfl_idx_n(v, n, src)  warp shuffles of n 32-bit values
+//   det_shfl_down_combine_n(v, n, d, f)  v[i] = f(v[i], v[i] of lane + d), all lanes at once
 //   det_smem()         the block's dynamic shared memory
 //   det_cp_async16 / det_cp_async_commit / det_cp_async_wait<N>  16-byte async copies global ->
 //                      shared (cp.async on sm_80+, a plain copy before sm_80 and on the host)
@@ -23,6 +24,7 @@
 #if defined(__CUDACC__)
 // ================================ GPU =========================================================
 #define DET_DEV __device__ __forceinline__
+#define DET_DEV_NOINLINE __device__ __noinline__  // a phase: its own register allocation
 typedef uint4 det_vec_u32x4;
 typedef float4 det_vec_f32x4;
 
@@ -43,6 +45,11 @@ DET_DEV void det_shfl_down_n(T* v, int n, int delta) {
 template <typename T>
 DET_DEV void det_shfl_idx_n(T* v, int n, int src) {
   for (int i = 0; i < n; ++i) v[i] = __shfl_sync(0xffffffffu, v[i], src);
+}
+// In place, one value at a time: no second copy of v lives in registers.
+template <typename T, class F>
+DET_DEV void det_shfl_down_combine_n(T* v, int n, int delta, F f) {
+  for (int i = 0; i < n; ++i) v[i] = f(v[i], __shfl_down_sync(0xffffffffu, v[i], delta));
 }
 
 DET_DEV unsigned char* det_smem() {
@@ -95,6 +102,7 @@ DET_DEV void det_cp_async_wait() {
 #include <string.h>
 
 #define DET_DEV inline
+#define DET_DEV_NOINLINE inline
 struct alignas(16) det_vec_u32x4 {
   uint32_t x, y, z, w;
 };
@@ -141,6 +149,14 @@ template <typename T>
 DET_DEV void det_shfl_down_n(T* v, int n, int delta) { det_shfl_n(v, n, delta, true); }
 template <typename T>
 DET_DEV void det_shfl_idx_n(T* v, int n, int src) { det_shfl_n(v, n, src, false); }
+// One exchange for all n values (one rendezvous instead of n).
+template <typename T, class F>
+DET_DEV void det_shfl_down_combine_n(T* v, int n, int delta, F f) {
+  T other[128];
+  for (int i = 0; i < n; ++i) other[i] = v[i];
+  det_shfl_n(other, n, delta, true);
+  for (int i = 0; i < n; ++i) v[i] = f(v[i], other[i]);
+}
 
 // Weights are read-only for the whole launch, so an immediate copy is what cp.async delivers.
 DET_DEV void det_cp_async16(void* smem_dst, const void* gmem_src) { memcpy(smem_dst, gmem_src, 16); }

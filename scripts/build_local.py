@@ -172,7 +172,7 @@ def main():
             for cap in caps:
                 sm = cap.replace(".", "")
                 gencode += ["-gencode", f"arch=compute_{sm},code=sm_{sm}"]
-            jobs.append(([nvcc, "-std=c++20", "-O3", "-Xcompiler=-fPIC", *cuda_flags, *gencode, *defines,
+            jobs.append(([nvcc, "-std=c++20", "-O3", "--threads=0", "-Xcompiler=-fPIC", *cuda_flags, *gencode, *defines,
                           *includes, "-c", src, "-o", obj], obj))
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         list(pool.map(lambda job: run(job[0]), jobs))

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The GPU check, one call of a few minutes on a lent GPU machine (docs/RESULTS.md records its
 # output). Builds the CPU and CUDA variants for the torch there, runs the CUDA tests (the GPU must
-# reproduce the CPU-pinned contract digest bit for bit) and the CPU contract tests, and writes a
-# short report to the folder given as $1 (default: $OUT, else /tmp/device_check).
+# reproduce the CPU-pinned contract digest and every synthetic model's certificate digests bit for
+# bit, over a geometry sweep, batch 16, single launch and per step) and the CPU contract tests,
+# benchmarks the megakernel's decode (benchmarks/bench_gpu.py), and writes a short report to the
+# folder given as $1 (default: $OUT, else /tmp/device_check).
 #   here:   bash scripts/fetch_device_wheels.sh
 #   device: run(command="bash scripts/device_check.sh", carry=[".whl"], timeout_s=480)
 set -uo pipefail
@@ -34,5 +36,7 @@ test_rc=${PIPESTATUS[0]}
 
 LOCAL_KERNELS="phanerozoic/det-infer=$PWD/build" python3 benchmarks/contract_accuracy.py --n 2000000 --device cuda \
   2>&1 | tee "$out/accuracy_cuda.md"
+LOCAL_KERNELS="phanerozoic/det-infer=$PWD/build" timeout 150 python3 benchmarks/bench_gpu.py --steps 128 --reps 3 \
+  2>&1 | tee "$out/bench_gpu.md"
 echo "device_check: build rc=$build_rc, tests rc=$test_rc" | tee -a "$out/machine.txt"
 exit $(( build_rc || test_rc ))

@@ -23,7 +23,9 @@ FORBIDDEN_PTX = re.compile(
 # SASS: approximate transcendental units and float atomics. MUFU.RCP/RCP64H/RSQ/RSQ64H remain:
 # ptxas emits them only as the seeds of its correctly rounded div.rn/rcp.rn/sqrt.rn expansions,
 # and the PTX check above proves those are the only division/root forms used.
-FORBIDDEN_SASS = re.compile(r"MUFU\.(?:EX2|LG2|SIN|COS|TANH|SQRT)|\b(?:ATOM|ATOMG|ATOMS|RED)\.[A-Z.]*F(?:16|32|64)")
+# Also no tensor-core MMA of any generation (its internal rounding differs between them).
+FORBIDDEN_SASS = re.compile(r"MUFU\.(?:EX2|LG2|SIN|COS|TANH|SQRT)|\b(?:ATOM|ATOMG|ATOMS|RED)\.[A-Z.]*F(?:16|32|64)"
+                            r"|\b(?:HMMA|HGMMA|DMMA|IMMA|QMMA|OMMA|UTCHMMA|UTCQMMA|UTCOMMA)\b")
 
 
 def _tool(path_candidates, name):
@@ -54,7 +56,7 @@ def compiled(tmp_path_factory):
     objs, ptxas_log = [], ""
     for src in CUDA_SOURCES:
         obj = out / (Path(src).stem + ".o")
-        r = subprocess.run([nvcc, "-std=c++17", "-O3", *sec["cuda-flags"], *gencode, "-Xptxas", "-v",
+        r = subprocess.run([nvcc, "-std=c++20", "-O3", *sec["cuda-flags"], *gencode, "-Xptxas", "-v",
                             "-c", src, "-o", str(obj)], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         objs.append(obj)
@@ -98,6 +100,17 @@ def test_ptx_audit(compiled):
         assert "div.rn.f32" in ptx  # the audit sees the real division instructions
 
 
+def test_megakernel_registers_and_grid_barrier(compiled):
+    """Every architecture's megakernel fits the register file without spilling (checked above for
+    all functions) and its only atomics are the grid barrier's integer ones."""
+    entries = re.findall(r"Compiling entry function '(\w*det_mk_kernel\w*)' for 'sm_(\d+)'\n"
+                         r"(?:.*\n)*?ptxas info\s+: Used (\d+) registers", compiled["ptxas"])
+    assert {a for _, a, _ in entries} == set(compiled["archs"]), entries
+    assert all(int(r) <= 255 for _, _, r in entries)
+    sass = _dump("sass", next(o for o in compiled["objs"] if o.stem == "det_megakernel"))
+    assert re.search(r"\bATOMG?\.E\.(?:ADD|EXCH)", sass), "the grid barrier's integer atomics are in the SASS"
+
+
 def test_sass_audit(compiled):
     for obj in compiled["objs"]:
         sass = _dump("sass", obj)
@@ -116,3 +129,5 @@ def test_audit_patterns_catch_violations():
     assert FORBIDDEN_SASS.search("MUFU.EX2 R0, R1 ;")
     assert FORBIDDEN_SASS.search("RED.E.ADD.F32.FTZ.RN.STRONG.GPU [R2.64], R5 ;")
     assert not FORBIDDEN_SASS.search("MUFU.RCP64H R3, R5 ;")
+    assert FORBIDDEN_SASS.search("HMMA.16816.F32 R4, R8, R12, R4 ;")
+    assert not FORBIDDEN_SASS.search("ATOMG.E.ADD.STRONG.GPU PT, R2, [R4.64], R7 ;")  # the grid barrier

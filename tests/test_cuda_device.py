@@ -1,9 +1,15 @@
 """The contract on a real GPU (run by scripts/device_check.sh on a lent GPU; skipped elsewhere):
-the CUDA executor's elementwise functions reproduce the CPU-pinned digest bit for bit."""
+the CUDA executor's elementwise functions reproduce the CPU-pinned digest bit for bit, and the
+megakernel reproduces the CPU-pinned certificate digests of every synthetic model (the real SmolLM2
+checkpoint is not carried to the device machine) across geometries, batch composition and launch
+granularity."""
+import random
+
 import contract_inputs
 import pytest
 import torch
-from pins import CONTRACT_MATH_DIGEST
+from certification import N_GEN, SYNTHETIC, generation_digest, inputs_for, logits_digest, model_dir
+from pins import CONTRACT_MATH_DIGEST, MODEL_DIGESTS
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -21,3 +27,63 @@ def test_cuda_equals_cpu_on_wide_inputs(di):
         assert torch.equal(cpu.view(torch.int32), gpu.view(torch.int32)), fn
     theta = torch.empty(2_000_000, dtype=torch.float64).uniform_(-(2.0**22), 2.0**22)
     assert all(torch.equal(a, b.cpu()) for a, b in zip(di.contract.sincos(theta), di.contract.sincos(theta.cuda())))
+
+
+# ---- the megakernel -------------------------------------------------------------------------------
+# (grid, warps, ring, tile_rows); 0 = the launcher's choice (every SM, 8 warps, ring 4, 16 rows)
+GPU_GEOMETRIES = [(0, 0, 0, 0), (1, 1, 2, 1), (2, 4, 4, 4), (7, 8, 2, 16), (13, 2, 4, 8)]
+
+
+@pytest.fixture(scope="module", params=SYNTHETIC)
+def gpu_case(request, di, tmp_path_factory):
+    name = request.param
+    directory = model_dir(name, tmp_path_factory.mktemp("gpu_models"))
+
+    def load(g=(0, 0, 0, 0)):
+        geo = dict(zip(("grid", "warps", "ring", "tile_rows"), g))
+        return di.MegaModel.from_pretrained(directory, device="cuda", max_context=512, geometry=geo)
+
+    mm = load()
+    teacher, prompt = inputs_for(name, directory, mm.config.vocab_size)
+    return {"name": name, "mm": mm, "load": load, "teacher": teacher, "prompt": prompt, "pins": MODEL_DIGESTS[name]}
+
+
+def test_megakernel_teacher_forced_digest(gpu_case):
+    assert logits_digest(gpu_case["mm"].teacher_forced_logits(gpu_case["teacher"])) == \
+        gpu_case["pins"]["teacher_forced"]
+
+
+def test_megakernel_generation_single_launch_and_per_step(gpu_case):
+    mm = gpu_case["mm"]
+    for single in (True, False):
+        tokens, logits = mm.generate(gpu_case["prompt"], max_new=N_GEN, single_launch=single, return_logits=True)
+        assert generation_digest(tokens, logits) == gpu_case["pins"]["generation"], single
+
+
+@pytest.mark.parametrize("g", GPU_GEOMETRIES[1:], ids=lambda g: "x".join(map(str, g)))
+def test_megakernel_geometry_sweep(gpu_case, g):
+    mm = gpu_case["load"](g)
+    assert logits_digest(mm.teacher_forced_logits(gpu_case["teacher"])) == gpu_case["pins"]["teacher_forced"]
+    tokens, logits = mm.generate(gpu_case["prompt"], max_new=N_GEN, return_logits=True)
+    assert generation_digest(tokens, logits) == gpu_case["pins"]["generation"]
+
+
+def test_megakernel_batch_of_16(gpu_case):
+    mm = gpu_case["mm"]
+    rng = random.Random(f"gpu-co-prompts:{gpu_case['name']}")
+    slot = rng.randrange(16)
+    prompts = [[rng.randrange(mm.config.vocab_size) for _ in range(rng.randint(1, 150))] for _ in range(16)]
+    prompts[slot] = gpu_case["prompt"]
+    streams, logits = mm.generate_batch(prompts, max_new=N_GEN, return_logits=True)
+    assert generation_digest(streams[slot], logits[slot]) == gpu_case["pins"]["generation"]
+
+
+def test_megakernel_decode_step_timed_and_bad_input(gpu_case):
+    mm = gpu_case["mm"]
+    state = mm.new_state(8)
+    logits, seconds = mm.decode_step_timed(5, 0, state)
+    assert logits.is_cuda and logits.shape == (mm.config.vocab_size,) and seconds > 0
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        mm.decode_step(mm.config.vocab_size, 1, state)
+    with pytest.raises(ValueError, match="grid exceeds|shared memory"):
+        gpu_case["load"]((100000 % 65535, 8, 4, 16)).teacher_forced_logits([5, 6])

@@ -7,10 +7,7 @@
 
 namespace {
 
-template <int R>
-void kernel_entry(void* arg) {
-  det_mk_run<R>(*(const det_mk_params*)arg);
-}
+void kernel_entry(void* arg) { det_mk_run(*(const det_mk_params*)arg); }
 
 }  // namespace
 
@@ -21,7 +18,6 @@ int det_mk_run_emulated(const det_mk_params* p) {
   det_fpenv_guard env;  // every fiber starts from this thread's (IEEE) environment
   const size_t smem = det_mk_smem_bytes(&p->model, &p->geo);
   p->ws.barrier[0] = p->ws.barrier[1] = 0;
-  auto entry = p->geo.ring == 4 ? &kernel_entry<4> : &kernel_entry<2>;
-  const int ok = det_simt_host::launch(p->geo.grid, p->geo.warps * DET_WARP, smem, p->geo.seed, entry, (void*)p);
+  const int ok = det_simt_host::launch(p->geo.grid, p->geo.warps * DET_WARP, smem, p->geo.seed, kernel_entry, (void*)p);
   return ok == 0 ? DET_MK_OK : DET_MK_ERR_DEADLOCK;
 }
