@@ -54,8 +54,9 @@ int det_mk_cuda_resolve(const det_llama_model* m, det_mk_geometry* g, int device
 }
 
 int det_mk_cuda_launch(const det_mk_params* p, void* stream, const char** why) {
-  int rc = det_mk_check_model(&p->model, why);
-  if (rc == DET_MK_OK) rc = det_mk_check_geometry(&p->geo, why);
+  // The model and program were checked on the host (det_mk_check_model reads the layer table,
+  // which here is a device pointer).
+  const int rc = det_mk_check_geometry(&p->geo, why);
   if (rc != DET_MK_OK) return rc;
   cudaStream_t s = (cudaStream_t)stream;
   if (cudaMemsetAsync(p->ws.barrier, 0, 2 * sizeof(unsigned int), s) != cudaSuccess)

@@ -118,8 +118,7 @@ DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row ro
       }
       for (int b = 0; b < NB; ++b) {
         if (b >= nb) break;
-        const det_vec_f32x4 x0 = *(const det_vec_f32x4*)(x + b * ldx + k);
-        const det_vec_f32x4 x1 = *(const det_vec_f32x4*)(x + b * ldx + k + 4);
+        const det_vec_f32x4 x0 = det_load_f32x4(x + b * ldx + k), x1 = det_load_f32x4(x + b * ldx + k + 4);
         const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
         for (int i = 0; i < 8; ++i) acc[b][i] = det_fma_f32(w[i], xv[i], acc[b][i]);
       }

@@ -129,10 +129,14 @@ size_t det_mk_workspace_bytes(const det_llama_model* m, int tile_rows);
 det_mk_workspace det_mk_workspace_carve(const det_llama_model* m, int tile_rows, void* buf);
 
 // Checks made on the host before a launch, with host-side copies of the program's arrays (the
-// program's pointers may be device pointers; these are not). Returns DET_MK_OK or an error and
+// program's pointers may be device pointers; these are not). det_mk_check_model reads m->layers,
+// which must be the host copy of the layer table. Returns DET_MK_OK or an error and
 // fills why (a sentence) when why is not null.
 int det_mk_check_model(const det_llama_model* m, const char** why);
 int det_mk_check_geometry(const det_mk_geometry* g, const char** why);
+// On the GPU weight rows stream in 16-byte cp.async copies: every matrix must start 16-byte
+// aligned (device copies are; the emulation copies with memcpy and has no such need).
+int det_mk_check_alignment(const det_llama_model* m, const char** why);
 int det_mk_check_program(const det_llama_model* m, const det_mk_program* p, const int32_t* tokens,
                          const int64_t* positions, const int32_t* seq, const uint8_t* want,
                          const int64_t* capacities, const char** why);

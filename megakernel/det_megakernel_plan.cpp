@@ -59,6 +59,15 @@ int det_mk_check_model(const det_llama_model* m, const char** why) {
   return DET_MK_OK;
 }
 
+int det_mk_check_alignment(const det_llama_model* m, const char** why) {
+  const det_llama_layer* L = m->layers;
+  bool aligned = ((uintptr_t)m->embed | (uintptr_t)m->lm_head) % 16 == 0;
+  for (int64_t l = 0; L && l < m->n_layers; ++l)
+    aligned = aligned && ((uintptr_t)L[l].wq | (uintptr_t)L[l].wk | (uintptr_t)L[l].wv | (uintptr_t)L[l].wo |
+                          (uintptr_t)L[l].w_gate | (uintptr_t)L[l].w_up | (uintptr_t)L[l].w_down) % 16 == 0;
+  return aligned ? DET_MK_OK : fail(why, DET_MK_ERR_SHAPE, "the megakernel needs every weight matrix 16-byte aligned");
+}
+
 int det_mk_check_geometry(const det_mk_geometry* g, const char** why) {
   const int t = g->tile_rows;
   if (g->grid < 1 || g->grid > 65535)

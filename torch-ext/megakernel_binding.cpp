@@ -89,6 +89,8 @@ void run(Assembled& a, const torch::Device& dev, HostProgram& h, det_mk_program 
   }
 #if defined(CUDA_KERNEL)
   const c10::cuda::CUDAGuard guard(dev);
+  rc = det_mk_check_alignment(&a.model, &why);
+  check(rc, why, "the megakernel cannot read these weights");
   rc = det_mk_cuda_resolve(&a.model, &geo, dev.index(), &why);
   check(rc, why, "invalid geometry");
   auto layers = upload(a.layers, dev), tokens = upload(h.tokens, dev), positions = upload(h.positions, dev);
