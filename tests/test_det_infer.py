@@ -17,8 +17,8 @@ import pytest
 import real_models
 import synthetic
 import torch
-from certification import (MODELS, N_GEN, N_TEACHER, ROOT, generation_digest, inputs_for, logits_digest,
-                           model_dir)
+from certification import (MODELS, N_GEN, N_TEACHER, ROOT, SMOLLM2_TEXT, generation_digest, inputs_for,
+                           logits_digest, model_dir)
 from pins import MODEL_DIGESTS, SMOLLM2_CHECKPOINT_SHA256
 
 

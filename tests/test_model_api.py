@@ -103,9 +103,16 @@ def test_missing_directory_and_offline_hub_id(di, tmp_path, monkeypatch):
         di.MegaModel.from_pretrained("someone/some-model")
 
 
-def test_device_other_than_cpu_is_refused(di, llama_dir):
-    with pytest.raises(ValueError, match="device 'cuda' is not supported"):
-        di.MegaModel.from_pretrained(llama_dir, device="cuda")
+def test_unavailable_or_unknown_device_is_refused(di, llama_dir):
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="device 'cuda' needs a CUDA build of torch and a GPU"):
+            di.MegaModel.from_pretrained(llama_dir, device="cuda")
+    with pytest.raises(ValueError, match="device 'meta' is not supported; supported: 'cpu', 'cuda'"):
+        di.MegaModel.from_pretrained(llama_dir, device="meta")
+    with pytest.raises(ValueError, match="is not a device"):
+        di.MegaModel.from_pretrained(llama_dir, device="gpu0")
 
 
 def test_stop_on_eos(mm):

@@ -15,6 +15,19 @@
 
 #include "../../megakernel/det_simt.h"
 
+// AddressSanitizer must be told about every stack switch, or it reports the fibers' stacks as
+// wild accesses (tests/test_emulation_sanitized.py builds this file with -fsanitize=address).
+#if defined(__SANITIZE_ADDRESS__)
+#define DET_SIMT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DET_SIMT_ASAN 1
+#endif
+#endif
+#if defined(DET_SIMT_ASAN)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 // ---- context switch -----------------------------------------------------------------------------
 // x86-64: save the callee-saved registers, MXCSR and the x87 control word on the current stack,
 // store the stack pointer, load the other one and restore. Elsewhere: ucontext (slower, same
@@ -67,6 +80,8 @@ struct Fiber {
 #else
   ucontext_t ctx;
 #endif
+  unsigned char* stack_lo = nullptr;  // lowest usable byte of the fiber's stack
+  void* asan_fake_stack = nullptr;
   int tid = 0, bid = 0;
   int xphase = 0;  // which of the warp's two exchange buffers this lane uses next
   bool done = false;
@@ -100,6 +115,9 @@ struct Launch {
 #else
   ucontext_t sched;
 #endif
+  const void* sched_stack_lo = nullptr;  // the scheduler's (the calling thread's) stack, for ASan
+  size_t sched_stack_size = 0;
+  void* sched_fake_stack = nullptr;
 };
 
 thread_local Launch* g_launch = nullptr;
@@ -113,16 +131,42 @@ uint64_t next_random(uint64_t& s) {  // splitmix64
 
 void to_scheduler(Fiber* f) {
   Launch* L = g_launch;
+#if defined(DET_SIMT_ASAN)
+  // A finished fiber's stack is gone for good: no fake stack to keep.
+  __sanitizer_start_switch_fiber(f->done ? nullptr : &f->asan_fake_stack, L->sched_stack_lo, L->sched_stack_size);
+#endif
 #if defined(__x86_64__)
   det_simt_switch(&f->sp, L->sched_sp);
 #else
   swapcontext(&f->ctx, &L->sched);
+#endif
+#if defined(DET_SIMT_ASAN)
+  __sanitizer_finish_switch_fiber(f->asan_fake_stack, nullptr, nullptr);
+#endif
+}
+
+// The scheduler side of a switch into fiber f and back.
+void run_fiber(Launch& L, Fiber* f) {
+  L.cur = f;
+#if defined(DET_SIMT_ASAN)
+  __sanitizer_start_switch_fiber(&L.sched_fake_stack, f->stack_lo, kStackBytes);
+#endif
+#if defined(__x86_64__)
+  det_simt_switch(&L.sched_sp, f->sp);
+#else
+  swapcontext(&L.sched, &f->ctx);
+#endif
+#if defined(DET_SIMT_ASAN)
+  __sanitizer_finish_switch_fiber(L.sched_fake_stack, &L.sched_stack_lo, &L.sched_stack_size);
 #endif
 }
 
 void fiber_main() {
   Launch* L = g_launch;
   Fiber* f = L->cur;
+#if defined(DET_SIMT_ASAN)
+  __sanitizer_finish_switch_fiber(nullptr, &L->sched_stack_lo, &L->sched_stack_size);
+#endif
   L->kernel(L->arg);
   f->done = true;
   to_scheduler(f);
@@ -234,6 +278,7 @@ int launch(int grid, int block, size_t smem_bytes, uint64_t seed, void (*kernel)
   for (int i = 0; i < n; ++i) {
     mprotect(L.stacks + i * slot, page, PROT_NONE);
     Fiber& f = L.fibers[i];
+    f.stack_lo = L.stacks + i * slot + page;
     f.bid = i / block;
     f.tid = i % block;
     setup_fiber(L, f, L.stacks + (i + 1) * slot);
@@ -250,12 +295,7 @@ int launch(int grid, int block, size_t smem_bytes, uint64_t seed, void (*kernel)
     Fiber* f = L.runnable[pick];
     L.runnable[pick] = L.runnable.back();
     L.runnable.pop_back();
-    L.cur = f;
-#if defined(__x86_64__)
-    det_simt_switch(&L.sched_sp, f->sp);
-#else
-    swapcontext(&L.sched, &f->ctx);
-#endif
+    run_fiber(L, f);
     finished += f->done;
   }
   g_launch = nullptr;

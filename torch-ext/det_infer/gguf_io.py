@@ -60,6 +60,26 @@ def _field(reader, key, required=True, default=None):
     return value
 
 
+def _count(reader, key, required=True, default=None, low=1, high=1 << 31):
+    """An integer field within [low, high] (shapes, counts): anything else names the field."""
+    value = _field(reader, key, required, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise GGUFError(f"det-infer: GGUF metadata {key!r} = {value!r} is not an integer in [{low}, {high}]")
+    return value
+
+
+def _number(reader, key, required=True, default=None):
+    value = _field(reader, key, required, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value == value:
+        raise GGUFError(f"det-infer: GGUF metadata {key!r} = {value!r} is not a number")
+    return float(value)
+
+
+# What gguf-py and numpy raise on a malformed file (lying lengths, counts, offsets, types).
+_MALFORMED = (ValueError, OSError, KeyError, IndexError, TypeError, OverflowError, ZeroDivisionError,
+              UnicodeDecodeError, AttributeError, MemoryError)
+
+
 def _unpermute(w, n_head):
     """Inverse of llama.cpp's permute(), which regrouped each head's rows from (2, d/2) to (d/2, 2)
     order: read them as (n_head, d/2, 2) and swap back."""
@@ -70,16 +90,27 @@ def _unpermute(w, n_head):
 
 
 def read_gguf(path):
-    """(config dict in Hugging Face form, {hf name: bf16 tensor}) of a GGUF file."""
+    """(config dict in Hugging Face form, {hf name: bf16 tensor}) of a GGUF file. A malformed file is
+    a GGUFError (a ValueError) that says what is wrong, whatever part of it lies."""
     try:
         import gguf
-        import numpy as np
     except ImportError:
         raise ImportError("det-infer: reading GGUF needs the gguf package (pip install gguf)") from None
     try:
         reader = gguf.GGUFReader(str(path))
-    except (ValueError, OSError, KeyError, IndexError) as e:
-        raise GGUFError(f"det-infer: {path} is not a readable GGUF file ({e})") from None
+    except _MALFORMED as e:
+        raise GGUFError(f"det-infer: {path} is not a readable GGUF file ({type(e).__name__}: {e})") from None
+    try:
+        return _convert(reader)
+    except GGUFError:
+        raise
+    except _MALFORMED as e:
+        raise GGUFError(f"det-infer: {path} is a malformed GGUF file ({type(e).__name__}: {e})") from None
+
+
+def _convert(reader):
+    import gguf
+    import numpy as np
     arch = _field(reader, "general.architecture")
     if arch not in SUPPORTED_GGUF_ARCHITECTURES:
         raise GGUFError(f"det-infer: GGUF architecture {arch!r} is not supported; supported: "
@@ -90,10 +121,10 @@ def read_gguf(path):
     if _field(reader, f"{arch}.rope.scaling.type", required=False) not in (None, "none"):
         raise GGUFError(f"det-infer: GGUF rope scaling {_field(reader, f'{arch}.rope.scaling.type')!r} "
                         "is not supported")
-    heads = int(_field(reader, f"{arch}.attention.head_count"))
-    kv_heads = int(_field(reader, f"{arch}.attention.head_count_kv", False, heads))
-    hidden = int(_field(reader, f"{arch}.embedding_length"))
-    head_dim = int(_field(reader, f"{arch}.attention.key_length", False, hidden // heads))
+    heads = _count(reader, f"{arch}.attention.head_count")
+    kv_heads = _count(reader, f"{arch}.attention.head_count_kv", False, heads)
+    hidden = _count(reader, f"{arch}.embedding_length")
+    head_dim = _count(reader, f"{arch}.attention.key_length", False, max(1, hidden // heads))
     tensors = {}
     for t in reader.tensors:
         name = _hf_name(t.name)
@@ -115,25 +146,25 @@ def read_gguf(path):
     config = {
         "architectures": [hf_arch],
         "hidden_size": hidden,
-        "num_hidden_layers": int(_field(reader, f"{arch}.block_count")),
+        "num_hidden_layers": _count(reader, f"{arch}.block_count"),
         "num_attention_heads": heads,
         "num_key_value_heads": kv_heads,
         "head_dim": head_dim,
-        "intermediate_size": int(_field(reader, f"{arch}.feed_forward_length")),
-        "vocab_size": int(_field(reader, f"{arch}.vocab_size", False, vocab)),
-        "rms_norm_eps": float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon")),
-        "max_position_embeddings": int(_field(reader, f"{arch}.context_length", False, 4096)),
-        "rope_theta": float(_field(reader, f"{arch}.rope.freq_base", False, 10000.0)),
+        "intermediate_size": _count(reader, f"{arch}.feed_forward_length"),
+        "vocab_size": _count(reader, f"{arch}.vocab_size", False, vocab),
+        "rms_norm_eps": _number(reader, f"{arch}.attention.layer_norm_rms_epsilon"),
+        "max_position_embeddings": _count(reader, f"{arch}.context_length", False, 4096),
+        "rope_theta": _number(reader, f"{arch}.rope.freq_base", False, 10000.0),
         "tie_word_embeddings": "lm_head.weight" not in tensors,
         "hidden_act": "silu",
         "bos_token_id": _field(reader, "tokenizer.ggml.bos_token_id", False),
         "eos_token_id": _field(reader, "tokenizer.ggml.eos_token_id", False),
     }
-    rope_dim = _field(reader, f"{arch}.rope.dimension_count", False, head_dim)
-    if int(rope_dim) != head_dim:
-        config["partial_rotary_factor"] = int(rope_dim) / head_dim
+    rope_dim = _count(reader, f"{arch}.rope.dimension_count", False, head_dim)
+    if rope_dim != head_dim:
+        config["partial_rotary_factor"] = rope_dim / head_dim
     if arch == "mistral":
-        window = _field(reader, f"{arch}.attention.sliding_window", False)
+        window = _count(reader, f"{arch}.attention.sliding_window", False, 0, low=0)
         if window:
-            config["sliding_window"] = int(window)
+            config["sliding_window"] = window
     return config, tensors

@@ -14,8 +14,10 @@ and on every executor:
     "emulated"    the megakernel's device code on the CPU under SIMT emulation (device="cpu"; slow,
                   for verification without a GPU); geometry= sets its launch shape
 """
+import functools
 import json
 import os
+import threading
 import time
 
 import torch
@@ -88,6 +90,17 @@ def _resolve_directory(path, revision=None):
         raise FileNotFoundError(f"det-infer: could not fetch {path!r} from the Hub: {e}") from e
 
 
+def _exclusive(method):
+    """One call at a time per model: a method that reads and advances a KV state (the default one,
+    or the caller's) runs whole before another thread's call on the same model starts. Two models
+    are independent."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
 def _resolve_device(device, executor):
     """(device string, executor) after checking the pair is supported here."""
     try:
@@ -146,6 +159,7 @@ class MegaModel:
         if self.max_context < 1:
             raise ValueError(f"det-infer: max_context must be positive, got {max_context}")
         self._state = None
+        self._lock = threading.RLock()  # see _exclusive
         self.source = None  # {"format", "files"} when loaded from files (certificate.py)
 
     # ---- construction ---------------------------------------------------------------------
@@ -256,15 +270,18 @@ class MegaModel:
             self._state = self.new_state()
         return self._state
 
+    @_exclusive
     def reset(self):
         """Forget the default state's positions."""
         self.state.reset()
 
+    @_exclusive
     def fork(self) -> KVState:
         """A copy of the default state, to continue two ways from one prefix."""
         return self.state.fork()
 
     # ---- the API ------------------------------------------------------------------------------
+    @_exclusive
     def prefill(self, ids, state: KVState = None, logits="last"):
         """Fill positions 0..n-1 of the state with the prompt (the state is reset first). Returns
         the fp32 logits of the last token, or of every token with logits="all"."""
@@ -272,6 +289,7 @@ class MegaModel:
         state.reset()
         return self.extend(ids, state, logits)
 
+    @_exclusive
     def extend(self, ids, state: KVState = None, logits="last"):
         """Append tokens at the state's next positions in one call (a prefill, or a piece of one:
         any split gives the same bits). Returns the last token's logits, or all with logits="all"."""
@@ -288,6 +306,7 @@ class MegaModel:
         state.length = start + len(ids)
         return out if logits == "all" else out[0]
 
+    @_exclusive
     def decode_step(self, token_id, pos, state: KVState = None):
         """Run one token at position pos and return its fp32 [vocab] logits. pos may be the next
         free position or an earlier one (the state is then cut back to pos)."""
@@ -318,6 +337,7 @@ class MegaModel:
         logits = self.decode_step(token_id, pos, state)
         return logits, time.perf_counter() - t
 
+    @_exclusive
     def decode_batch(self, token_ids, positions, states):
         """One decode step for several sequences at once: row b is token_ids[b] at positions[b] of
         states[b]. Returns (B, vocab) fp32 logits."""
@@ -342,6 +362,7 @@ class MegaModel:
             ids += list(self.config.eos_token_ids)
         return torch.tensor(ids, dtype=torch.int32)
 
+    @_exclusive
     def generate_batch(self, prompts, max_new=128, *, stop_on_eos=False, stop_ids=None, return_logits=False):
         """Greedy generation for up to batch_max() prompts (any lengths) in one native call. Returns
         a list of token lists (and, with return_logits, a list of (steps, vocab) fp32 tensors)."""
@@ -377,6 +398,7 @@ class MegaModel:
             return streams, [step_logits[b, : lengths[b]] for b in range(B)]
         return streams
 
+    @_exclusive
     def generate(self, prompt_ids, max_new=128, single_launch=True, *, stop_on_eos=False, stop_ids=None,
                  return_logits=False):
         """Greedy generation. single_launch=True: the whole generation, prompt included, in one native
@@ -403,6 +425,7 @@ class MegaModel:
             logits = self.decode_step(tok, state.length, state)
         return (tokens, torch.stack(all_logits)) if return_logits else tokens
 
+    @_exclusive
     def teacher_forced_logits(self, ids) -> torch.Tensor:
         """(len(ids), vocab) fp32 logits of every position of ids, on a fresh state."""
         ids = self._ids(ids)

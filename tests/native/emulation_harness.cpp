@@ -1,0 +1,207 @@
+// emulation_harness.cpp: the megakernel under host SIMT emulation against the CPU engine, torch-free,
+// built with AddressSanitizer and UBSan by tests/test_emulation_sanitized.py: every out-of-bounds
+// access of the device code (or the engine) on the way is reported. Small llama-family models with
+// seeded bf16 weights (with and without qk-norm, with a sliding window), several programs (two
+// sequences interleaved, a prefill crossing a 128-position chunk, generation with a stop id) and
+// several geometries; every emulated result must equal the engine's bit for bit.
+// Prints "ok <cases>" or the first mismatch, and exits non-zero on a mismatch.
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <vector>
+
+#include "det_infer_cpu/det_llama_cpu.h"
+#include "megakernel/det_megakernel.h"
+
+namespace {
+
+uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+uint32_t next_u32() {  // xorshift64*
+  g_rng ^= g_rng >> 12, g_rng ^= g_rng << 25, g_rng ^= g_rng >> 27;
+  return (uint32_t)((g_rng * 0x2545f4914f6cdd1dull) >> 32);
+}
+// bf16 bits of a value uniform in [-scale, scale) (+ offset), exactly representable steps.
+uint16_t weight(float scale, float offset) {
+  const float u = ((float)(next_u32() >> 8) / 16777216.0f * 2.0f - 1.0f) * scale + offset;
+  uint32_t b;
+  memcpy(&b, &u, 4);
+  return (uint16_t)(b >> 16);
+}
+
+struct Model {
+  det_llama_model m{};
+  std::vector<det_llama_layer> layers;
+  std::vector<std::vector<uint16_t>> store;
+  std::vector<double> inv_freq;
+
+  const uint16_t* tensor(size_t n, float scale, float offset = 0.0f) {
+    store.emplace_back(n);
+    for (auto& w : store.back()) w = weight(scale, offset);
+    return store.back().data();
+  }
+  Model(bool qk_norm, int64_t window) {
+    m.hidden = 64, m.n_layers = 2, m.n_heads = 4, m.n_kv_heads = 2, m.head_dim = 24, m.inter = 96, m.vocab = 300;
+    m.rope_pairs = 12, m.sliding_window = window, m.rms_eps = 1e-5f;
+    const int64_t H = m.hidden, QD = m.n_heads * m.head_dim, KVD = m.n_kv_heads * m.head_dim, I = m.inter;
+    store.reserve(64);
+    for (int i = 0; i < m.rope_pairs; ++i) inv_freq.push_back(pow(10000.0, -2.0 * i / (2.0 * m.rope_pairs)));
+    m.inv_freq = inv_freq.data();
+    m.embed = tensor(m.vocab * H, 1.0f);
+    m.final_norm = tensor(H, 0.2f, 1.0f);
+    m.lm_head = tensor(m.vocab * H, 0.5f);
+    for (int64_t l = 0; l < m.n_layers; ++l) {
+      det_llama_layer L{};
+      L.attn_norm = tensor(H, 0.2f, 1.0f);
+      L.wq = tensor(QD * H, 0.3f);
+      L.wk = tensor(KVD * H, 0.3f);
+      L.wv = tensor(KVD * H, 0.3f);
+      L.wo = tensor(H * QD, 0.3f);
+      L.q_norm = qk_norm ? tensor(m.head_dim, 0.2f, 1.0f) : nullptr;
+      L.k_norm = qk_norm ? tensor(m.head_dim, 0.2f, 1.0f) : nullptr;
+      L.mlp_norm = tensor(H, 0.2f, 1.0f);
+      L.w_gate = tensor(I * H, 0.3f);
+      L.w_up = tensor(I * H, 0.3f);
+      L.w_down = tensor(H * I, 0.3f);
+      layers.push_back(L);
+    }
+    m.layers = layers.data();
+  }
+};
+
+struct Caches {
+  std::vector<std::vector<float>> k, v;
+  std::vector<det_kv_cache> views;
+  Caches(const det_llama_model& m, int n, int64_t cap) {
+    for (int i = 0; i < n; ++i) {
+      k.emplace_back(m.n_layers * cap * m.n_kv_heads * m.head_dim, 0.0f);
+      v.emplace_back(k.back().size(), 0.0f);
+    }
+    for (int i = 0; i < n; ++i) views.push_back({k[i].data(), v[i].data(), cap});
+  }
+};
+
+int failures = 0, cases = 0;
+
+void expect_equal(const void* a, const void* b, size_t bytes, const char* what, const det_mk_geometry& g) {
+  ++cases;
+  if (memcmp(a, b, bytes) == 0) return;
+  ++failures;
+  printf("MISMATCH %s at geometry grid %d warps %d ring %d tile %d seed %llu\n", what, g.grid, g.warps, g.ring,
+         g.tile_rows, (unsigned long long)g.seed);
+}
+
+det_mk_params params(const Model& M, std::vector<unsigned char>& ws, const det_mk_geometry& g) {
+  det_mk_params p{};
+  p.model = M.m;
+  ws.assign(det_mk_workspace_bytes(&M.m, g.tile_rows) + 16, 0);
+  p.ws = det_mk_workspace_carve(&M.m, g.tile_rows, ws.data());
+  p.geo = g;
+  return p;
+}
+
+// Two sequences' rows interleaved (seq 0: 150 positions, crossing a chunk; seq 1: 20), all wanted.
+void forward_case(const Model& M, const det_mk_geometry& g) {
+  const int64_t V = M.m.vocab, cap = 160;
+  std::vector<int32_t> tok, seq;
+  std::vector<int64_t> pos;
+  int64_t next[2] = {0, 0};
+  for (int i = 0; i < 170; ++i) {
+    const int s = (i % 8 == 3 && next[1] < 20) ? 1 : (next[0] < 150 ? 0 : 1);
+    tok.push_back((int32_t)(next_u32() % V));
+    seq.push_back(s);
+    pos.push_back(next[s]++);
+  }
+  std::vector<uint8_t> want(tok.size(), 1);
+  Caches ce(M.m, 2, cap), cm(M.m, 2, cap);
+  std::vector<det_kv_cache*> rows;
+  for (int32_t s : seq) rows.push_back(&ce.views[s]);
+  std::vector<float> a(tok.size() * V), b(tok.size() * V);
+  if (det_llama_forward(&M.m, (int64_t)tok.size(), tok.data(), pos.data(), rows.data(), want.data(), a.data())) {
+    printf("engine refused the program\n");
+    ++failures;
+    return;
+  }
+  std::vector<det_mk_seq> seqs;
+  for (auto& v : cm.views) seqs.push_back({v.k, v.v, v.capacity});
+  std::vector<unsigned char> ws;
+  det_mk_params p = params(M, ws, g);
+  p.prog.n_rows = (int64_t)tok.size();
+  p.prog.tokens = tok.data(), p.prog.positions = pos.data(), p.prog.seq = seq.data(), p.prog.want = want.data();
+  p.prog.n_seq = 2, p.prog.seqs = seqs.data(), p.prog.logits = b.data();
+  const int rc = det_mk_run_emulated(&p);
+  if (rc != DET_MK_OK) printf("emulation failed: %d\n", rc), ++failures;
+  expect_equal(a.data(), b.data(), a.size() * 4, "forward logits", g);
+  expect_equal(ce.k[0].data(), cm.k[0].data(), ce.k[0].size() * 4, "KV cache", g);
+}
+
+// Three prompts, 12 new tokens, a stop id taken from the engine's own free-running stream.
+void generate_case(const Model& M, const det_mk_geometry& g) {
+  const int64_t V = M.m.vocab, max_new = 12, B = 3;
+  std::vector<int32_t> prompts;
+  std::vector<int64_t> offsets = {0}, starts(B, 0);
+  for (int b = 0; b < B; ++b) {
+    for (int i = 0; i < 5 + 7 * b; ++i) prompts.push_back((int32_t)(next_u32() % V));
+    offsets.push_back((int64_t)prompts.size());
+  }
+  auto engine = [&](const int32_t* stops, int64_t n_stop, std::vector<int32_t>& out, std::vector<int64_t>& len,
+                    std::vector<float>& lg) {
+    Caches c(M.m, B, 64);
+    std::vector<det_kv_cache*> ptrs;
+    for (auto& v : c.views) ptrs.push_back(&v);
+    out.assign(B * max_new, -1), len.assign(B, 0), lg.assign(B * max_new * V, 0.0f);
+    det_llama_generate(&M.m, B, prompts.data(), offsets.data(), starts.data(), ptrs.data(), max_new, stops, n_stop,
+                       out.data(), len.data(), lg.data());
+  };
+  std::vector<int32_t> free_tok, want_tok;
+  std::vector<int64_t> free_len, want_len;
+  std::vector<float> free_lg, want_lg;
+  engine(nullptr, 0, free_tok, free_len, free_lg);
+  const int32_t stop = free_tok[1 * max_new + 4];
+  engine(&stop, 1, want_tok, want_len, want_lg);
+
+  std::vector<int32_t> tok, seq;
+  std::vector<int64_t> pos;
+  std::vector<uint8_t> want;
+  for (int b = 0; b < B; ++b)
+    for (int64_t i = offsets[b]; i < offsets[b + 1]; ++i)
+      tok.push_back(prompts[i]), seq.push_back(b), pos.push_back(i - offsets[b]), want.push_back(i == offsets[b + 1] - 1);
+  // With the step logits returned, and without (the kernel then keeps them in its workspace).
+  for (bool with_logits : {true, false}) {
+    std::vector<int32_t> out(B * max_new, -1);
+    std::vector<int64_t> len(B, 0);
+    std::vector<float> lg(B * max_new * V, 0.0f);
+    std::vector<unsigned char> ws;
+    Caches fresh(M.m, B, 64);
+    std::vector<det_mk_seq> fresh_seqs;
+    for (auto& v : fresh.views) fresh_seqs.push_back({v.k, v.v, v.capacity});
+    det_mk_params p = params(M, ws, g);
+    p.prog.n_rows = (int64_t)tok.size();
+    p.prog.tokens = tok.data(), p.prog.positions = pos.data(), p.prog.seq = seq.data(), p.prog.want = want.data();
+    p.prog.n_seq = B, p.prog.seqs = fresh_seqs.data(), p.prog.max_new = max_new, p.prog.stop_ids = &stop;
+    p.prog.n_stop = 1, p.prog.out_tokens = out.data(), p.prog.out_lengths = len.data();
+    p.prog.step_logits = with_logits ? lg.data() : nullptr;
+    if (det_mk_run_emulated(&p) != DET_MK_OK) printf("emulation failed\n"), ++failures;
+    expect_equal(want_len.data(), len.data(), B * 8, "generation lengths", g);
+    for (int b = 0; b < B; ++b) {
+      expect_equal(&want_tok[b * max_new], &out[b * max_new], want_len[b] * 4, "generated tokens", g);
+      if (with_logits)
+        expect_equal(&want_lg[b * max_new * V], &lg[b * max_new * V], want_len[b] * V * 4, "step logits", g);
+    }
+  }
+}
+
+}  // namespace
+
+int main() {
+  const det_mk_geometry geometries[] = {{1, 1, 2, 1, 0}, {2, 2, 4, 4, 3}, {3, 1, 2, 16, 7}, {5, 2, 4, 2, 9}};
+  for (int variant = 0; variant < 2; ++variant) {
+    Model M(variant == 1, variant == 1 ? 40 : 0);
+    for (const det_mk_geometry& g : geometries) {
+      forward_case(M, g);
+      generate_case(M, g);
+    }
+  }
+  printf("%s %d\n", failures ? "FAILED" : "ok", cases);
+  return failures ? 1 : 0;
+}

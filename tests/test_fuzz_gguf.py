@@ -1,0 +1,74 @@
+"""Hostile GGUF files: 1,000 seeded mutations of a real GGUF of a synthetic llama model (bit flips in
+the header, truncation, lying version, tensor and key counts, and extreme values written over the
+header's 32- and 64-bit fields: string lengths, shapes, types, offsets). Every case must load or
+raise a ValueError / FileNotFoundError naming the problem (det-infer: ...): never a crash, a hang
+or another exception type. scripts/fuzz_loaders.py runs the same mutators for longer."""
+import random
+import struct
+
+import pytest
+
+N_CASES = 1000
+EXTREME_U64 = [0, 1, 2**31, 2**32 - 1, 2**32, 2**40, 2**63 - 1, 2**63, 2**64 - 1]
+EXTREME_U32 = [0, 1, 2**16, 2**31 - 1, 2**31, 2**32 - 1, 30, 41, 1000]
+
+
+def mutate_gguf(rng, blob, header_len):
+    b = bytearray(blob)
+    kind = rng.randrange(6)
+    if kind == 0:  # flip bits in the header
+        for _ in range(rng.randint(1, 8)):
+            i = rng.randrange(header_len)
+            b[i] ^= 1 << rng.randrange(8)
+    elif kind == 1:  # truncate anywhere
+        return bytes(b[: rng.randrange(len(b))])
+    elif kind == 2:  # version
+        b[4:8] = struct.pack("<I", rng.choice([0, 1, 2, 4, 2**31, 2**32 - 1]))
+    elif kind == 3:  # tensor count or key-value count
+        off = rng.choice([8, 16])
+        b[off : off + 8] = struct.pack("<Q", rng.choice(EXTREME_U64))
+    elif kind == 4:  # a 64-bit field somewhere in the header (lengths, dims, offsets)
+        off = rng.randrange(24, header_len - 8)
+        b[off : off + 8] = struct.pack("<Q", rng.choice(EXTREME_U64))
+    else:  # a 32-bit field somewhere in the header (types, n_dims, value types)
+        off = rng.randrange(24, header_len - 4)
+        b[off : off + 4] = struct.pack("<I", rng.choice(EXTREME_U32))
+    return bytes(b)
+
+
+@pytest.fixture(scope="module")
+def gguf_blob(tmp_path_factory):
+    import gguf
+    from test_gguf import write_gguf
+
+    path, _ = write_gguf("llama", "Q8_0", str(tmp_path_factory.mktemp("fuzz_gguf")))
+    with open(path, "rb") as f:
+        blob = f.read()
+    return blob, gguf.GGUFReader(path).data_offset
+
+
+def load_outcome(di, path):
+    """'ok', or the exception's type name for an accepted clear error; raises on anything else."""
+    try:
+        di.MegaModel.from_gguf(path, max_context=64)
+        return "ok"
+    except (ValueError, FileNotFoundError) as e:
+        assert str(e).startswith("det-infer:"), f"unclear error: {e!r}"
+        return type(e).__name__
+
+
+def test_mutated_gguf_files_load_or_fail_clearly(di, gguf_blob, tmp_path):
+    blob, header_len = gguf_blob
+    rng = random.Random(20261129)
+    outcomes = {}
+    path = tmp_path / "case.gguf"
+    for case in range(N_CASES):
+        path.write_bytes(mutate_gguf(rng, blob, header_len))
+        try:
+            outcome = load_outcome(di, str(path))
+        except Exception as e:  # noqa: BLE001 - the failure is the point
+            raise AssertionError(f"case {case}: {type(e).__name__}: {e}") from e
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    assert sum(outcomes.values()) == N_CASES
+    assert len(outcomes) > 1 and outcomes.get("ok", 0) > 0, outcomes  # some break, some still load
+    print(outcomes)

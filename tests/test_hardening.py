@@ -1,0 +1,95 @@
+"""The engines under a hostile process: a caller (or another library) that set flush-to-zero,
+denormals-are-zero and a directed rounding mode still gets the pinned digests and keeps its own
+environment; models used from several Python threads at once give their pinned digests."""
+import ctypes
+import ctypes.util
+import platform
+import threading
+
+import pytest
+import torch
+from certification import N_GEN, generation_digest, inputs_for, logits_digest, model_dir
+from pins import MODEL_DIGESTS
+
+FE_UPWARD, FE_TONEAREST = 0x800, 0x0  # x86-64 glibc <fenv.h>
+
+
+@pytest.fixture(scope="module")
+def tmp_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("hardening_models")
+
+
+def _libm():
+    name = ctypes.util.find_library("m")
+    if not name or platform.machine() != "x86_64":
+        pytest.skip("the rounding-mode constants are x86-64 glibc's")
+    return ctypes.CDLL(name)
+
+
+@pytest.mark.parametrize("executor", ["engine", "emulated"])
+def test_pinned_digests_under_a_poisoned_fp_environment(di, tmp_root, executor):
+    libm = _libm()
+    directory = model_dir("llama", tmp_root)
+    mm = di.MegaModel.from_pretrained(directory, max_context=512, executor=executor)
+    teacher, prompt = inputs_for("llama", directory, mm.config.vocab_size)
+    tiny = torch.tensor([1e-39], dtype=torch.float32)
+    try:
+        torch.set_flush_denormal(True)
+        assert libm.fesetround(FE_UPWARD) == 0
+        assert (tiny * 1.0).item() == 0.0 and libm.fegetround() == FE_UPWARD  # the poison is active
+        teacher_digest = logits_digest(mm.teacher_forced_logits(teacher))
+        tokens, logits = mm.generate(prompt, max_new=N_GEN, return_logits=True)
+        gen_digest = generation_digest(tokens, logits)
+        assert libm.fegetround() == FE_UPWARD and (tiny * 1.0).item() == 0.0  # ... and still the caller's
+    finally:
+        libm.fesetround(FE_TONEAREST)
+        torch.set_flush_denormal(False)
+    assert teacher_digest == MODEL_DIGESTS["llama"]["teacher_forced"]
+    assert gen_digest == MODEL_DIGESTS["llama"]["generation"]
+
+
+def _digests(mm, teacher, prompt, out, key):
+    try:
+        tokens, logits = mm.generate(prompt, max_new=N_GEN, return_logits=True)
+        out[key] = (logits_digest(mm.teacher_forced_logits(teacher)), generation_digest(tokens, logits))
+    except Exception as e:  # reported by the main thread
+        out[key] = e
+
+
+def test_two_models_in_two_threads(di, tmp_root):
+    jobs, out = [], {}
+    for name in ("llama", "qwen3"):
+        directory = model_dir(name, tmp_root)
+        mm = di.MegaModel.from_pretrained(directory, max_context=512)
+        teacher, prompt = inputs_for(name, directory, mm.config.vocab_size)
+        jobs.append(threading.Thread(target=_digests, args=(mm, teacher, prompt, out, name)))
+    for t in jobs:
+        t.start()
+    for t in jobs:
+        t.join()
+    for name in ("llama", "qwen3"):
+        assert out[name] == (MODEL_DIGESTS[name]["teacher_forced"], MODEL_DIGESTS[name]["generation"]), out[name]
+
+
+def test_one_model_in_two_threads_is_serialized(di, tmp_root):
+    """Calls on one model from two threads run one after the other (a per-model lock), so each
+    thread's results are its own: the default state is never advanced by two calls at once."""
+    directory = model_dir("mistral", tmp_root)
+    mm = di.MegaModel.from_pretrained(directory, max_context=512)
+    teacher, prompt = inputs_for("mistral", directory, mm.config.vocab_size)
+    out = {}
+    jobs = [threading.Thread(target=_digests, args=(mm, teacher, prompt, out, i)) for i in range(2)]
+    steps = {}
+
+    def stepper():  # a third thread walking the default state token by token meanwhile
+        rows = [mm.decode_step(t, p) for p, t in enumerate(teacher)]
+        steps["digest"] = logits_digest(torch.stack(rows))
+
+    jobs.append(threading.Thread(target=stepper))
+    for t in jobs:
+        t.start()
+    for t in jobs:
+        t.join()
+    pins = MODEL_DIGESTS["mistral"]
+    assert out[0] == out[1] == (pins["teacher_forced"], pins["generation"])
+    assert steps["digest"] == pins["teacher_forced"]
