@@ -251,8 +251,8 @@ int det_llama_forward(const det_llama_model* m, int64_t n, const int32_t* tokens
 int det_llama_generate(const det_llama_model* m, int64_t B, const int32_t* prompts,
                        const int64_t* prompt_offsets, const int64_t* start_positions,
                        det_kv_cache* const* caches, int64_t max_new, const int32_t* stop_ids,
-                       int64_t n_stop, int32_t* out_tokens, int64_t* out_lengths,
-                       float* step_logits) {
+                       int64_t n_stop, const det_sample_params* sample, int32_t* out_tokens,
+                       int64_t* out_lengths, float* step_logits) {
   if (!m || B < 1 || !prompts || !prompt_offsets || !start_positions || !caches || max_new < 1 ||
       !out_tokens || !out_lengths || (n_stop > 0 && !stop_ids))
     return DET_ERR_ARG;
@@ -279,6 +279,9 @@ int det_llama_generate(const det_llama_model* m, int64_t B, const int32_t* promp
   if (rc != DET_OK) return rc;
 
   std::vector<int64_t> next_pos(B), active;
+  std::vector<float> sample_e(sample ? V : 0);
+  std::vector<int32_t> sample_heap(sample ? V : 0);
+  det_fpenv_guard env;  // the sampler runs on this thread
   for (int64_t b = 0; b < B; ++b) {
     next_pos[b] = start_positions[b] + prompt_offsets[b + 1] - prompt_offsets[b];
     out_lengths[b] = 0;
@@ -290,7 +293,8 @@ int det_llama_generate(const det_llama_model* m, int64_t B, const int32_t* promp
     for (size_t a = 0; a < active.size(); ++a) {
       const int64_t b = active[a];
       const float* lg = logits.data() + a * V;
-      const int32_t id = (int32_t)det_argmax_f32_ref(lg, V);
+      const int32_t id = sample ? det_sample_f32(lg, V, sample[b], next_pos[b], sample_e.data(), sample_heap.data())
+                                : (int32_t)det_argmax_f32_ref(lg, V);
       out_tokens[b * max_new + t] = id;
       out_lengths[b] = t + 1;
       if (step_logits) memcpy(step_logits + (b * max_new + t) * V, lg, V * sizeof(float));

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "../contract/det_llama_model.h"
+#include "../contract/det_sample.h"
 
 // Forward pass for n rows. For rows with want_logits[i] != 0 (all rows if want_logits is null),
 // the fp32 logits are written to logits + j*vocab, j counting the wanted rows in order.
@@ -18,14 +19,15 @@ int det_llama_forward(const det_llama_model* m, int64_t n, const int32_t* tokens
                       const int64_t* positions, det_kv_cache* const* caches,
                       const uint8_t* want_logits, float* logits);
 
-// Greedy generation for B sequences in one call: sequence b's prompt is
+// Generation for B sequences in one call: sequence b's prompt is
 // prompts[prompt_offsets[b] .. prompt_offsets[b+1]) and fills its cache from position
-// start_positions[b] (0 for a fresh cache). Each step argmaxes (det_argmax.h) and feeds the token
-// back; a sequence stops after max_new tokens or after emitting one of stop_ids. out_tokens is
-// (B, max_new), out_lengths (B,). step_logits, if not null, receives the logits of every emitted
-// token, (B, max_new, vocab).
+// start_positions[b] (0 for a fresh cache). Each step picks the next token (det_sample.h: the
+// argmax when sample is null or sample[b] is greedy, else a seeded draw keyed by the token's
+// position) and feeds it back; a sequence stops after max_new tokens or after emitting one of
+// stop_ids. out_tokens is (B, max_new), out_lengths (B,). step_logits, if not null, receives the
+// logits of every emitted token, (B, max_new, vocab).
 int det_llama_generate(const det_llama_model* m, int64_t B, const int32_t* prompts,
                        const int64_t* prompt_offsets, const int64_t* start_positions,
                        det_kv_cache* const* caches, int64_t max_new, const int32_t* stop_ids,
-                       int64_t n_stop, int32_t* out_tokens, int64_t* out_lengths,
-                       float* step_logits);
+                       int64_t n_stop, const det_sample_params* sample, int32_t* out_tokens,
+                       int64_t* out_lengths, float* step_logits);

@@ -10,11 +10,15 @@
 // registers (docs/RESULTS.md reports registers and spills per architecture).
 #define DET_MK_MAX_THREADS 256
 
-__global__ void __launch_bounds__(DET_MK_MAX_THREADS) det_mk_kernel(const det_mk_params p) { det_mk_run(p); }
+// __grid_constant__: the phases take the parameters by reference without a local copy.
+__global__ void __launch_bounds__(DET_MK_MAX_THREADS) det_mk_kernel(const __grid_constant__ det_mk_params p) {
+  det_mk_run(p);
+}
 
 namespace {
 
 int fail(const char** why, int code, const char* text) {
+  (void)cudaGetLastError();  // a failed CUDA call must not surface later in an unrelated op
   if (why) *why = text;
   return code;
 }
@@ -42,7 +46,8 @@ int det_mk_cuda_resolve(const det_llama_model* m, det_mk_geometry* g, int device
   const size_t smem = det_mk_smem_bytes(m, g);
   if (smem > smem_max) return fail(why, DET_MK_ERR_GEOMETRY, "the geometry needs more shared memory than the device has");
   const void* k = (const void*)&det_mk_kernel;
-  if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
+  // Always the device's maximum: the setting is per function, shared by every model and thread.
+  if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max) != cudaSuccess)
     return fail(why, DET_MK_ERR_LAUNCH, "cudaFuncSetAttribute failed");
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, g->warps * 32, smem) != cudaSuccess || per_sm < 1)
@@ -66,6 +71,7 @@ int det_mk_cuda_launch(const det_mk_params* p, void* stream, const char** why) {
   cudaError_t e = cudaLaunchCooperativeKernel((const void*)&det_mk_kernel, dim3(p->geo.grid), dim3(p->geo.warps * 32),
                                               args, smem, s);
   if (e != cudaSuccess) {
+    (void)cudaGetLastError();
     if (why) *why = cudaGetErrorString(e);
     return DET_MK_ERR_LAUNCH;
   }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "../contract/det_llama_model.h"
+#include "../contract/det_sample.h"
 
 #if defined(__CUDACC__)
 #define DET_MK_HD __host__ __device__ inline
@@ -55,6 +56,7 @@ struct det_mk_program {
   int64_t max_new;
   const int32_t* stop_ids;
   int64_t n_stop;
+  const det_sample_params* sample;  // (n_seq,) or null: greedy (docs/SPEC.md §15)
   int32_t* out_tokens;
   int64_t* out_lengths;
   float* step_logits;
@@ -70,6 +72,8 @@ struct det_mk_workspace {
   float* act;     // (rows, inter) silu(gate) * up
   float* logits;  // (rows, vocab) generate mode without step_logits
   float* sincos;  // (rows, rope_pairs, 2) the rows' rope (sin, cos)
+  float* sample_e;        // (rows, vocab) the sampler's scratch (det_sample_f32)
+  int32_t* sample_heap;   // (rows, vocab)
   int32_t* next_token;   // (DET_MK_ROWS_MAX,) each sequence's latest argmax
   unsigned int* barrier; // (2,) the grid barrier; zero before launch
 };
@@ -101,14 +105,14 @@ struct det_mk_tile {
 
 // Shared memory per block: the tile, then each warp's weight ring (ring x 32 lanes x 16 bytes),
 // then the phase area: the tile's normalized rows (tile_rows x hidden), or per warp the attention
-// scratch (scores and exps of one chunk, the running numerator), or the argmax partials.
+// scratch (scores and exps of one chunk, the running numerator), or the argmax / sampling partials.
 DET_MK_HD size_t det_mk_smem_ring_offset() { return (sizeof(det_mk_tile) + 15) / 16 * 16; }
 DET_MK_HD size_t det_mk_attn_scratch_floats(const det_llama_model* m) {
   return 2 * 128 + (size_t)m->head_dim;  // 128 = DET_ATTN_CHUNK (asserted in det_megakernel.cuh)
 }
 DET_MK_HD size_t det_mk_smem_bytes(const det_llama_model* m, const det_mk_geometry* g) {
   size_t area = (size_t)g->tile_rows * (size_t)m->hidden;
-  const size_t attn = (size_t)g->warps * det_mk_attn_scratch_floats(m), argmax = 2 * (size_t)g->warps;
+  const size_t attn = (size_t)g->warps * det_mk_attn_scratch_floats(m), argmax = 2 * (size_t)g->warps + 3;
   area = area > attn ? area : attn;
   area = area > argmax ? area : argmax;
   return det_mk_smem_ring_offset() + (size_t)g->warps * g->ring * 32 * 16 + area * sizeof(float);

@@ -11,10 +11,13 @@ struct Sizes {
   int64_t x, q, kv, att, act, logits, sincos;
 };
 
+// Every section a multiple of 4 words, so that each starts 16-byte aligned.
+int64_t up4(int64_t n) { return (n + 3) / 4 * 4; }
+
 Sizes sizes(const det_llama_model* m, int rows) {
   const int64_t QD = m->n_heads * m->head_dim, KVD = m->n_kv_heads * m->head_dim;
-  return {rows * m->hidden, rows * QD, rows * KVD, rows * QD, rows * m->inter, rows * m->vocab,
-          rows * m->rope_pairs * 2};
+  return {up4(rows * m->hidden), up4(rows * QD),       up4(rows * KVD),           up4(rows * QD),
+          up4(rows * m->inter),  up4(rows * m->vocab), up4(rows * m->rope_pairs * 2)};
 }
 
 int fail(const char** why, int code, const char* text) {
@@ -26,8 +29,8 @@ int fail(const char** why, int code, const char* text) {
 
 size_t det_mk_workspace_bytes(const det_llama_model* m, int tile_rows) {
   const Sizes s = sizes(m, tile_rows);
-  const int64_t floats = s.x + s.q + 2 * s.kv + s.att + s.act + s.logits + s.sincos;
-  return (size_t)floats * sizeof(float) + DET_MK_ROWS_MAX * sizeof(int32_t) + 4 * sizeof(unsigned int);
+  const int64_t words = s.x + s.q + 2 * s.kv + s.att + s.act + 3 * s.logits + s.sincos;  // fp32 or int32
+  return (size_t)words * 4 + DET_MK_ROWS_MAX * sizeof(int32_t) + 4 * sizeof(unsigned int);
 }
 
 det_mk_workspace det_mk_workspace_carve(const det_llama_model* m, int tile_rows, void* buf) {
@@ -42,6 +45,8 @@ det_mk_workspace det_mk_workspace_carve(const det_llama_model* m, int tile_rows,
   w.act = f; f += s.act;
   w.logits = f; f += s.logits;
   w.sincos = f; f += s.sincos;
+  w.sample_e = f; f += s.logits;
+  w.sample_heap = (int32_t*)f; f += s.logits;
   w.next_token = (int32_t*)f;
   w.barrier = (unsigned int*)(w.next_token + DET_MK_ROWS_MAX);
   return w;

@@ -35,3 +35,16 @@ MODEL_DIGESTS = {
 
 # sha256 of model.safetensors of the bf16 SmolLM2-135M-Instruct checkpoint (tests/real_models.py).
 SMOLLM2_CHECKPOINT_SHA256 = "7ef915c9bf9d94d8d70211970476878352a5b95855c589ae987916d7a455242b"
+
+# Sampled generation (docs/SPEC.md §15) on the synthetic llama model: SHA-256 of 48 sampled tokens
+# (int32) then each step's fp32 logits, from the 100-token prompt of certification.inputs_for, per
+# setting of tests/test_sampling.py (SETTINGS). Pinned after the CPU engine (single launch and per
+# step) and the emulated megakernel agreed; the logits are those of the greedy pins' forward pass
+# (checked against float64 there) and the sampler against float64 by a chi-square test.
+SAMPLED_DIGESTS = {
+    "temperature": "7e0dad0b5696477ff79d88b0d08d67dbf803d686f7ce7c7fa03e3bebf9250551",
+    "top_k": "e151e90ffcdef049bf25fed2ce33b28a15018aa617a15147f0411c32476d6e47",
+    "top_p": "faa6fdbfb1cde3037196e78f6d25616f535f97541f2cd4a81f0553ca37047c11",
+    "min_p": "f9586943dfe75536f2681892b7d8e3842fccd9efda909dbb2c4f6c73b708cae9",
+    "all": "801ab044609cf8bd59f18873951d04ca9bad47668b01795156384b024dfa4744",
+}

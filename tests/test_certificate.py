@@ -89,3 +89,18 @@ def test_verify_command(setup, tmp_path):
     (tmp_path / "junk.json").write_text("{")
     r = run(str(tmp_path / "junk.json"), "--model", str(d))
     assert r.returncode == 2 and "ERROR" in r.stdout
+
+
+def test_sampled_certificate_replays_and_a_changed_seed_is_caught(di, setup):
+    d, mm, prompt, _ = setup
+    cert = di.certificate.make(mm, prompt, 24, temperature=0.9, top_k=40, seed=123)
+    assert cert["generation"]["mode"] == "sampled" and cert["generation"]["seed"] == 123
+    emulated = di.MegaModel.from_pretrained(d, max_context=256, executor="emulated")
+    assert di.certificate.verify(emulated, json.loads(json.dumps(cert)))["match"]  # another executor replays it
+    bad = copy.deepcopy(cert)
+    bad["generation"]["seed"] = 124
+    r = di.certificate.verify(mm, bad)
+    assert not r["match"] and "token" in r["detail"]
+    bad["generation"].pop("seed")
+    with pytest.raises(ValueError, match="sampled certificate needs"):
+        di.certificate.verify(mm, bad)

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "../det_infer_cpu/det_fpenv.h"
 #include "../det_infer_cpu/det_llama_cpu.h"
 #include "model_args.h"
 #include "torch_binding.h"
@@ -51,7 +52,8 @@ void mak_generate(const std::vector<torch::Tensor>& weights, c10::IntArrayRef cf
                   const torch::Tensor& inv_freq, const torch::Tensor& prompts,
                   const torch::Tensor& prompt_offsets, const torch::Tensor& start_positions,
                   const std::vector<torch::Tensor>& caches, int64_t max_new, const torch::Tensor& stop_ids,
-                  torch::Tensor& out_tokens, torch::Tensor& out_lengths, torch::Tensor& step_logits) {
+                  const torch::Tensor& sample_f, const torch::Tensor& sample_i, torch::Tensor& out_tokens,
+                  torch::Tensor& out_lengths, torch::Tensor& step_logits) {
   Assembled a = assemble(weights, cfg, eps, inv_freq, torch::kCPU);
   std::vector<det_kv_cache> views = cache_views(a.model, caches, torch::kCPU);
   const int64_t B = (int64_t)views.size();
@@ -76,11 +78,28 @@ void mak_generate(const std::vector<torch::Tensor>& weights, c10::IntArrayRef cf
   }
   std::vector<det_kv_cache*> ptrs;
   for (auto& v : views) ptrs.push_back(&v);
+  const std::vector<det_sample_params> sample = sample_params(sample_f, sample_i, B);
   check_rc(det_llama_generate(&a.model, B, host_ints<int32_t>(prompts, torch::kInt32, "prompts"), off,
                               host_ints<int64_t>(start_positions, torch::kInt64, "start_positions"),
                               ptrs.data(), max_new, host_ints<int32_t>(stop_ids, torch::kInt32, "stop_ids"),
-                              stop_ids.numel(), out_tokens.data_ptr<int32_t>(),
+                              stop_ids.numel(), sample.empty() ? nullptr : sample.data(), out_tokens.data_ptr<int32_t>(),
                               out_lengths.data_ptr<int64_t>(), sl));
+}
+
+int64_t sample_token(const torch::Tensor& logits, double temperature, int64_t top_k, double top_p, double min_p,
+                     int64_t seed, int64_t position) {
+  TORCH_CHECK_VALUE(logits.scalar_type() == torch::kFloat32 && logits.is_cpu() && logits.is_contiguous() &&
+                        logits.dim() == 1 && logits.numel() >= 1,
+                    "det-infer: sample_token takes a contiguous 1-d float32 CPU tensor of logits");
+  TORCH_CHECK_VALUE(position >= 0, "det-infer: position must be >= 0");
+  const torch::Tensor f = torch::tensor({(float)temperature, (float)top_p, (float)min_p}, torch::kFloat32);
+  const torch::Tensor i = torch::tensor({top_k, seed}, torch::kInt64);
+  const det_sample_params p = sample_params(f, i, 1)[0];
+  const int64_t V = logits.numel();
+  std::vector<float> e(V);
+  std::vector<int32_t> heap(V);
+  det_fpenv_guard env;
+  return det_sample_f32(logits.data_ptr<float>(), V, p, position, e.data(), heap.data());
 }
 
 void register_llama_ops(torch::Library& ops) {
@@ -91,6 +110,11 @@ void register_llama_ops(torch::Library& ops) {
   // A whole greedy generation for B sequences (prefill + every decode step) in one native call.
   ops.def("mak_generate(Tensor[] weights, int[] cfg, float eps, Tensor inv_freq, Tensor prompts, "
           "Tensor prompt_offsets, Tensor start_positions, Tensor(a!)[] caches, int max_new, Tensor stop_ids, "
-          "Tensor! out_tokens, Tensor! out_lengths, Tensor! step_logits) -> ()");
+          "Tensor sample_f, Tensor sample_i, Tensor! out_tokens, Tensor! out_lengths, Tensor! step_logits) -> ()");
   ops.impl("mak_generate", torch::kCPU, &mak_generate);
+  // The contract's next-token choice for one row of logits (docs/SPEC.md §15): greedy at
+  // temperature 0, else the seeded draw for the token generated at `position`.
+  ops.def("sample_token(Tensor logits, float temperature, int top_k, float top_p, float min_p, int seed, "
+          "int position) -> int");
+  ops.impl("sample_token", torch::kCPU, &sample_token);
 }

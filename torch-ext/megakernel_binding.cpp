@@ -27,6 +27,7 @@ struct HostProgram {
   std::vector<int64_t> positions, capacities;
   std::vector<uint8_t> want;
   std::vector<det_mk_seq> seqs;
+  std::vector<det_sample_params> sample;  // empty: greedy
 };
 
 det_mk_geometry parse_geometry(c10::IntArrayRef g) {
@@ -81,6 +82,7 @@ void run(Assembled& a, const torch::Device& dev, HostProgram& h, det_mk_program 
     prog.want = h.want.data();
     prog.seqs = h.seqs.data();
     prog.stop_ids = h.stops.data();
+    prog.sample = h.sample.empty() ? nullptr : h.sample.data();
     p.prog = prog;
     p.ws = det_mk_workspace_carve(&a.model, geo.tile_rows, ws.data_ptr());
     p.geo = geo;
@@ -95,6 +97,7 @@ void run(Assembled& a, const torch::Device& dev, HostProgram& h, det_mk_program 
   check(rc, why, "invalid geometry");
   auto layers = upload(a.layers, dev), tokens = upload(h.tokens, dev), positions = upload(h.positions, dev);
   auto seq = upload(h.seq, dev), want = upload(h.want, dev), seqs = upload(h.seqs, dev), stops = upload(h.stops, dev);
+  auto sample = upload(h.sample, dev);
   torch::Tensor ws = torch::zeros({(int64_t)det_mk_workspace_bytes(&a.model, geo.tile_rows) + 16},
                                   torch::dtype(torch::kUInt8).device(dev));
   p.model.layers = (const det_llama_layer*)layers.data_ptr();
@@ -104,6 +107,7 @@ void run(Assembled& a, const torch::Device& dev, HostProgram& h, det_mk_program 
   prog.want = (const uint8_t*)want.data_ptr();
   prog.seqs = (const det_mk_seq*)seqs.data_ptr();
   prog.stop_ids = (const int32_t*)stops.data_ptr();
+  prog.sample = h.sample.empty() ? nullptr : (const det_sample_params*)sample.data_ptr();
   p.prog = prog;
   p.ws = det_mk_workspace_carve(&a.model, geo.tile_rows, ws.data_ptr());
   p.geo = geo;
@@ -156,8 +160,9 @@ void mega_forward(const std::vector<torch::Tensor>& weights, c10::IntArrayRef cf
 void mega_generate(const std::vector<torch::Tensor>& weights, c10::IntArrayRef cfg, double eps,
                    const torch::Tensor& inv_freq, const torch::Tensor& prompts, const torch::Tensor& prompt_offsets,
                    const torch::Tensor& start_positions, const std::vector<torch::Tensor>& caches, int64_t max_new,
-                   const torch::Tensor& stop_ids, torch::Tensor& out_tokens, torch::Tensor& out_lengths,
-                   torch::Tensor& step_logits, c10::IntArrayRef geometry) {
+                   const torch::Tensor& stop_ids, const torch::Tensor& sample_f, const torch::Tensor& sample_i,
+                   torch::Tensor& out_tokens, torch::Tensor& out_lengths, torch::Tensor& step_logits,
+                   c10::IntArrayRef geometry) {
   TORCH_CHECK_VALUE(!weights.empty(), "det-infer: no weights");
   const torch::Device dev = weights[0].device();
   Assembled a = assemble(weights, cfg, eps, inv_freq, dev);
@@ -183,6 +188,7 @@ void mega_generate(const std::vector<torch::Tensor>& weights, c10::IntArrayRef c
   }
   const int32_t* st = host_ints<int32_t>(stop_ids, torch::kInt32, "stop_ids");
   h.stops.assign(st, st + stop_ids.numel());
+  h.sample = sample_params(sample_f, sample_i, B);
   check_output(out_tokens, torch::kInt32, B * max_new, dev, "out_tokens");
   check_output(out_lengths, torch::kInt64, B, dev, "out_lengths");
   det_mk_program prog{};
@@ -204,6 +210,7 @@ void register_megakernel_ops(torch::Library& ops) {
   // mak_generate as one megakernel launch (or its host emulation).
   ops.def("mega_generate(Tensor[] weights, int[] cfg, float eps, Tensor inv_freq, Tensor prompts, "
           "Tensor prompt_offsets, Tensor start_positions, Tensor(a!)[] caches, int max_new, Tensor stop_ids, "
-          "Tensor! out_tokens, Tensor! out_lengths, Tensor! step_logits, int[] geometry) -> ()");
+          "Tensor sample_f, Tensor sample_i, Tensor! out_tokens, Tensor! out_lengths, Tensor! step_logits, "
+          "int[] geometry) -> ()");
   ops.impl("mega_generate", c10::DispatchKey::CompositeExplicitAutograd, &mega_generate);
 }

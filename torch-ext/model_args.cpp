@@ -81,3 +81,24 @@ std::vector<det_kv_cache> cache_views(const det_llama_model& m, const std::vecto
   return out;
 }
 
+
+std::vector<det_sample_params> sample_params(const torch::Tensor& f, const torch::Tensor& i, int64_t B) {
+  std::vector<det_sample_params> out;
+  if (f.numel() == 0 && i.numel() == 0) return out;
+  TORCH_CHECK_VALUE(f.scalar_type() == torch::kFloat32 && f.is_cpu() && f.is_contiguous() && f.numel() == 3 * B,
+                    "det-infer: sample_f must be a contiguous (", B, ", 3) float32 CPU tensor");
+  TORCH_CHECK_VALUE(i.scalar_type() == torch::kInt64 && i.is_cpu() && i.is_contiguous() && i.numel() == 2 * B,
+                    "det-infer: sample_i must be a contiguous (", B, ", 2) int64 CPU tensor");
+  const float* fp = f.data_ptr<float>();
+  const int64_t* ip = i.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    det_sample_params p{fp[3 * b], (int32_t)ip[2 * b], fp[3 * b + 1], fp[3 * b + 2], (uint64_t)ip[2 * b + 1]};
+    TORCH_CHECK_VALUE(p.temperature >= 0.0f && p.temperature - p.temperature == 0.0f,
+                      "det-infer: temperature must be finite and >= 0, got ", p.temperature);
+    TORCH_CHECK_VALUE(ip[2 * b] >= 0 && ip[2 * b] <= INT32_MAX, "det-infer: top_k must be >= 0, got ", ip[2 * b]);
+    TORCH_CHECK_VALUE(p.top_p > 0.0f && p.top_p <= 1.0f, "det-infer: top_p must be in (0, 1], got ", p.top_p);
+    TORCH_CHECK_VALUE(p.min_p >= 0.0f && p.min_p <= 1.0f, "det-infer: min_p must be in [0, 1], got ", p.min_p);
+    out.push_back(p);
+  }
+  return out;
+}

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../contract/det_llama_model.h"
+#include "../contract/det_sample.h"
 
 // cfg: the integer config, in this order (torch-ext/det_infer/config.py, LLAMA_CFG_FIELDS).
 enum {
@@ -37,3 +38,7 @@ const T* host_ints(const torch::Tensor& t, at::ScalarType type, const char* what
                     " must be a contiguous 1-d CPU tensor");
   return t.data_ptr<T>();
 }
+
+// Per-sequence sampling parameters from a (B, 3) float32 [temperature, top_p, min_p] and a (B, 2)
+// int64 [top_k, seed] CPU tensor; both empty: greedy for every sequence (an empty vector).
+std::vector<det_sample_params> sample_params(const torch::Tensor& f, const torch::Tensor& i, int64_t B);

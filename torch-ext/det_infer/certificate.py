@@ -3,7 +3,8 @@
 A certificate is a JSON object (format "det-infer-certificate", format_version 1):
   model        sha256 of the weight files and of config.json (or of the GGUF), and the format
   prompt_ids   the prompt, as token ids
-  generation   {"mode": "greedy", "max_new": N, "stop_ids": [...]}
+  generation   {"mode": "greedy", "max_new": N, "stop_ids": [...]}, or mode "sampled" with
+               temperature, top_k, top_p, min_p and seed (docs/SPEC.md §15)
   tokens       the generated ids
   chain        one hex digest per step: chain[i] = sha256(chain[i-1] || int32 token_i ||
                fp32 logits_i), starting from empty bytes (NaNs hashed as 0x7fc00000), so a
@@ -64,11 +65,26 @@ def step_chain(tokens, step_logits):
     return chain
 
 
-def make(mm, prompt_ids, max_new, stop_ids=None):
-    """Generate greedily with mm and return the certificate (a dict; json.dump it to save)."""
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p", "seed")
+
+
+def _sampling(gen):
+    return {k: gen[k] for k in SAMPLING_FIELDS} if gen.get("mode") == "sampled" else {}
+
+
+def make(mm, prompt_ids, max_new, stop_ids=None, **sampling):
+    """Generate with mm (greedily, or with the sampling keywords of MegaModel.generate:
+    temperature, top_k, top_p, min_p, seed) and return the certificate (a dict; json.dump it)."""
     from . import CONTRACT_VERSION
 
-    tokens, logits = mm.generate(prompt_ids, max_new=max_new, stop_ids=stop_ids, return_logits=True)
+    unknown = set(sampling) - set(SAMPLING_FIELDS)
+    if unknown:
+        raise TypeError(f"det-infer: unknown sampling keyword(s) {sorted(unknown)}; known: {SAMPLING_FIELDS}")
+    tokens, logits = mm.generate(prompt_ids, max_new=max_new, stop_ids=stop_ids, return_logits=True, **sampling)
+    generation = {"mode": "greedy", "max_new": int(max_new), "stop_ids": [int(s) for s in (stop_ids or [])]}
+    if sampling.get("temperature", 0.0) > 0:
+        defaults = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "seed": 0}
+        generation.update(mode="sampled", **{k: sampling.get(k, defaults[k]) for k in SAMPLING_FIELDS})
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -76,7 +92,7 @@ def make(mm, prompt_ids, max_new, stop_ids=None):
         "package": "det-infer 1",
         "model": model_identity(mm),
         "prompt_ids": [int(t) for t in prompt_ids],
-        "generation": {"mode": "greedy", "max_new": int(max_new), "stop_ids": [int(s) for s in (stop_ids or [])]},
+        "generation": generation,
         "tokens": tokens,
         "chain": step_chain(tokens, logits),
         "environment": {"machine": platform.machine(), "python": platform.python_version(),
@@ -116,8 +132,15 @@ def load(path_or_text):
     tokens = _require(cert, "tokens", list)
     chain = _require(cert, "chain", list)
     _require(cert, "model", dict)
-    if gen.get("mode") != "greedy" or not isinstance(gen.get("max_new"), int) or gen["max_new"] < 1:
-        raise CertificateError("det-infer: certificate generation must be greedy with a positive max_new")
+    if gen.get("mode") not in ("greedy", "sampled") or not isinstance(gen.get("max_new"), int) or gen["max_new"] < 1:
+        raise CertificateError("det-infer: certificate generation must be greedy or sampled with a positive max_new")
+    if gen["mode"] == "sampled":
+        if any(k not in gen for k in SAMPLING_FIELDS):
+            raise CertificateError(f"det-infer: a sampled certificate needs {', '.join(SAMPLING_FIELDS)}")
+        if not all(isinstance(gen[k], int) and not isinstance(gen[k], bool) for k in ("top_k", "seed")) or \
+                not all(isinstance(gen[k], (int, float)) and not isinstance(gen[k], bool)
+                        for k in ("temperature", "top_p", "min_p")):
+            raise CertificateError("det-infer: certificate sampling fields have the wrong types")
     if not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt + tokens) or not prompt:
         raise CertificateError("det-infer: certificate prompt_ids and tokens must be non-empty lists of ints")
     if len(chain) != len(tokens) or not all(isinstance(c, str) and len(c) == 64 for c in chain):
@@ -141,8 +164,11 @@ def verify(mm, cert, check_model=True):
             return {"match": False, "steps": 0, "first_divergence": None,
                     "detail": f"the loaded model is not the certified one: {have} != {cert['model']}"}
     gen = cert["generation"]
-    tokens, logits = mm.generate(cert["prompt_ids"], max_new=gen["max_new"], stop_ids=gen.get("stop_ids") or None,
-                                 return_logits=True)
+    try:
+        tokens, logits = mm.generate(cert["prompt_ids"], max_new=gen["max_new"], stop_ids=gen.get("stop_ids") or None,
+                                     return_logits=True, **_sampling(gen))
+    except ValueError as e:
+        return {"match": False, "steps": 0, "first_divergence": None, "detail": f"cannot replay: {e}"}
     chain = step_chain(tokens, logits)
     n = max(len(chain), len(cert["chain"]))
     for i in range(n):

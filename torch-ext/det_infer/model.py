@@ -356,6 +356,40 @@ class MegaModel:
             s.length = p + 1
         return logits
 
+    @staticmethod
+    def _sampling(B, temperature, top_k, top_p, min_p, seed):
+        """Per-sequence sampling parameters as the ops take them: (sample_f (B, 3) float32
+        [temperature, top_p, min_p], sample_i (B, 2) int64 [top_k, seed]), or two empty tensors when
+        every sequence is greedy. Each parameter is one value or a list of B (docs/SPEC.md §15)."""
+        def per_seq(name, value):
+            if isinstance(value, (list, tuple)):
+                if len(value) != B:
+                    raise ValueError(f"det-infer: {name} has {len(value)} values for {B} prompts")
+                return list(value)
+            return [value] * B
+
+        def number(name, v, ok, rule):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not ok(v):
+                raise ValueError(f"det-infer: {name} must be {rule}, got {v!r}")
+            return v
+
+        rows_f, rows_i, sampled = [], [], False
+        for t, k, p, m, sd in zip(per_seq("temperature", temperature), per_seq("top_k", top_k),
+                                  per_seq("top_p", top_p), per_seq("min_p", min_p), per_seq("seed", seed)):
+            t = number("temperature", t, lambda v: v >= 0 and v != float("inf"), "a finite number >= 0")
+            p = number("top_p", p, lambda v: 0 < v <= 1, "in (0, 1]")
+            m = number("min_p", m, lambda v: 0 <= v <= 1, "in [0, 1]")
+            if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < 2**31:
+                raise ValueError(f"det-infer: top_k must be an int >= 0 (0: off), got {k!r}")
+            if isinstance(sd, bool) or not isinstance(sd, int) or not 0 <= sd < 2**64:
+                raise ValueError(f"det-infer: seed must be an int in [0, 2**64), got {sd!r}")
+            sampled = sampled or t > 0
+            rows_f.append([t, p, m])
+            rows_i.append([k, sd - 2**64 if sd >= 2**63 else sd])
+        if not sampled:
+            return torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.int64)
+        return torch.tensor(rows_f, dtype=torch.float32), torch.tensor(rows_i, dtype=torch.int64)
+
     def _stop_ids(self, stop_on_eos, stop_ids):
         ids = list(stop_ids or [])
         if stop_on_eos:
@@ -363,15 +397,20 @@ class MegaModel:
         return torch.tensor(ids, dtype=torch.int32)
 
     @_exclusive
-    def generate_batch(self, prompts, max_new=128, *, stop_on_eos=False, stop_ids=None, return_logits=False):
-        """Greedy generation for up to batch_max() prompts (any lengths) in one native call. Returns
-        a list of token lists (and, with return_logits, a list of (steps, vocab) fp32 tensors)."""
+    def generate_batch(self, prompts, max_new=128, *, stop_on_eos=False, stop_ids=None, return_logits=False,
+                       temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, seed=0):
+        """Generation for up to batch_max() prompts (any lengths) in one native call. Greedy at
+        temperature 0 (the default); otherwise seeded sampling (docs/SPEC.md §15), each of
+        temperature, top_k, top_p, min_p and seed one value or a list with one per prompt. A
+        sequence samples the same alone or in any batch. Returns a list of token lists (and, with
+        return_logits, a list of (steps, vocab) fp32 tensors)."""
         if not isinstance(prompts, (list, tuple)) or not 1 <= len(prompts) <= BATCH_MAX:
             raise ValueError(f"det-infer: generate_batch takes 1..{BATCH_MAX} prompts, got "
                              f"{len(prompts) if isinstance(prompts, (list, tuple)) else type(prompts).__name__}")
         if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
             raise ValueError(f"det-infer: max_new must be a positive int, got {max_new!r}")
         prompts = [self._ids(p, f"prompt {i}") for i, p in enumerate(prompts)]
+        sample_f, sample_i = self._sampling(len(prompts), temperature, top_k, top_p, min_p, seed)
         states = []
         for p in prompts:
             self._check_length(len(p) + max_new)
@@ -387,7 +426,8 @@ class MegaModel:
         args = (self._weights, self._cfg_ints, self.config.rms_norm_eps, self._inv_freq,
                 torch.tensor([t for p in prompts for t in p], dtype=torch.int32),
                 torch.tensor(offsets, dtype=torch.int64), torch.zeros(B, dtype=torch.int64),
-                [s.cache for s in states], max_new, self._stop_ids(stop_on_eos, stop_ids), out, lengths, step_logits)
+                [s.cache for s in states], max_new, self._stop_ids(stop_on_eos, stop_ids), sample_f, sample_i,
+                out, lengths, step_logits)
         if self.executor == "engine":
             ops.mak_generate(*args)
         else:
@@ -400,24 +440,31 @@ class MegaModel:
 
     @_exclusive
     def generate(self, prompt_ids, max_new=128, single_launch=True, *, stop_on_eos=False, stop_ids=None,
-                 return_logits=False):
-        """Greedy generation. single_launch=True: the whole generation, prompt included, in one native
-        call. single_launch=False: one call for the prompt, then one per token (same tokens, same
-        logits)."""
+                 return_logits=False, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, seed=0):
+        """Greedy generation (temperature 0), or seeded sampling with temperature, top_k, top_p,
+        min_p and seed (docs/SPEC.md §15). single_launch=True: the whole generation, prompt
+        included, in one native call. single_launch=False: one call for the prompt, then one per
+        token (same tokens, same logits)."""
         if single_launch:
             res = self.generate_batch([prompt_ids], max_new, stop_on_eos=stop_on_eos, stop_ids=stop_ids,
-                                      return_logits=return_logits)
+                                      return_logits=return_logits, temperature=temperature, top_k=top_k,
+                                      top_p=top_p, min_p=min_p, seed=seed)
             return (res[0][0], res[1][0]) if return_logits else res[0]
         if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
             raise ValueError(f"det-infer: max_new must be a positive int, got {max_new!r}")
         ids = self._ids(prompt_ids)
+        sample_f, sample_i = self._sampling(1, temperature, top_k, top_p, min_p, seed)
         self._check_length(len(ids) + max_new)
         state = self._new_kv(len(ids) + max_new)
         stops = set(self._stop_ids(stop_on_eos, stop_ids).tolist())
         logits = self.prefill(ids, state)
         tokens, all_logits = [], []
         for step in range(max_new):
-            tok = int(ops.argmax_f32(logits.cpu()))
+            if sample_f.numel():
+                (t, p, m), (k, sd) = sample_f[0].tolist(), sample_i[0].tolist()
+                tok = int(ops.sample_token(logits.cpu(), t, k, p, m, sd, state.length))
+            else:
+                tok = int(ops.argmax_f32(logits.cpu()))
             tokens.append(tok)
             all_logits.append(logits)
             if tok in stops or step + 1 == max_new:
