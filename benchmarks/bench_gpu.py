@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """GPU decode throughput of the megakernel (scripts/device_check.sh runs it on a lent GPU; docs/
-RESULTS.md §7 records the table). Models with the shapes of SmolLM2-135M and Llama-3.2-1B and
+RESULTS.md §9 records the table). Models with the shapes of SmolLM2-135M and Llama-3.2-1B and
 random bf16 weights made on the device (speed does not depend on the values; the real checkpoints are
 not carried to the device machine). For each: decode tokens/s at batch 1 and 16 (generate_batch: one
 launch runs the prompt and every step; tokens/s = batch x steps / seconds of the whole call), the

@@ -76,6 +76,28 @@ def run_config(mm, name, ids, max_new):
     raise ValueError(f"unknown configuration {name!r}")
 
 
+SAMPLING = {"temperature": 0.8, "top_p": 0.95, "seed": 7}
+
+
+def sampled_rows(mm, ids, max_new):
+    """One seeded sampled generation three ways: one call, one call per token, and at a random slot
+    of a batch of 16 whose other prompts are greedy."""
+    rows = []
+    tokens, logits = mm.generate(ids, max_new=max_new, return_logits=True, **SAMPLING)
+    rows.append(("single-launch", hashes(tokens, logits), "prompt + every step in one native call"))
+    tokens, logits = mm.generate(ids, max_new=max_new, single_launch=False, return_logits=True, **SAMPLING)
+    rows.append(("per-step", hashes(tokens, logits), "one native call per token"))
+    rng = random.Random(len(ids) + 1)
+    slot = rng.randrange(16)
+    prompts = [[rng.randrange(100, mm.config.vocab_size) for _ in range(rng.randint(5, 80))] for _ in range(16)]
+    prompts[slot] = ids
+    per_seq = {k: [v if b == slot else (0.0 if k == "temperature" else 1.0 if k == "top_p" else 0) for b in range(16)]
+               for k, v in SAMPLING.items()}
+    streams, logits = mm.generate_batch(prompts, max_new=max_new, return_logits=True, **per_seq)
+    rows.append(("batch-16", hashes(streams[slot], logits[slot]), f"slot {slot} of 16, the others greedy"))
+    return rows
+
+
 def _gpu_name():
     import torch
 
@@ -201,6 +223,14 @@ def main():
         print(f"{name:<16} {lh:<18} {th:<18} {note}")
     same = len({r[1] for r in rows}) == 1
     print("\n" + ("ALL MATCH: every configuration produced the same bits" if same else "MISMATCH"))
+    progress("running a sampled generation three ways")
+    sampled = sampled_rows(mm, ids, args.max_new)
+    print(f"\nsampled (temperature {SAMPLING['temperature']}, top_p {SAMPLING['top_p']}, seed {SAMPLING['seed']}):")
+    for name, (lh, th), note in sampled:
+        print(f"{name:<16} {lh:<18} {th:<18} {note}")
+    same_sampled = len({r[1] for r in sampled}) == 1
+    print("ALL MATCH: the sampled stream is the same bits every way" if same_sampled else "MISMATCH (sampled)")
+    same = same and same_sampled
     if args.emulated_steps > 0:
         steps = min(args.emulated_steps, len(tokens))
         progress(f"running the megakernel under host emulation for {steps} steps")

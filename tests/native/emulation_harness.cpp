@@ -3,7 +3,7 @@
 // access of the device code (or the engine) on the way is reported. Small llama-family models with
 // seeded bf16 weights (with and without qk-norm, with a sliding window), several programs (two
 // sequences interleaved, a prefill crossing a 128-position chunk, generation with a stop id) and
-// several geometries; every emulated result must equal the engine's bit for bit.
+// several geometries, greedy and sampled; every emulated result must equal the engine's bit for bit.
 // Prints "ok <cases>" or the first mismatch, and exits non-zero on a mismatch.
 #include <math.h>
 #include <stdio.h>
@@ -135,9 +135,11 @@ void forward_case(const Model& M, const det_mk_geometry& g) {
   expect_equal(ce.k[0].data(), cm.k[0].data(), ce.k[0].size() * 4, "KV cache", g);
 }
 
-// Three prompts, 12 new tokens, a stop id taken from the engine's own free-running stream.
+// Three prompts, 12 new tokens, a stop id taken from the engine's own free-running stream; the
+// first sequence greedy, the others sampled (docs/SPEC.md §15).
 void generate_case(const Model& M, const det_mk_geometry& g) {
   const int64_t V = M.m.vocab, max_new = 12, B = 3;
+  const det_sample_params sample[3] = {{0.0f, 0, 1.0f, 0.0f, 0}, {0.9f, 0, 1.0f, 0.0f, 11}, {1.1f, 30, 0.8f, 0.01f, 12}};
   std::vector<int32_t> prompts;
   std::vector<int64_t> offsets = {0}, starts(B, 0);
   for (int b = 0; b < B; ++b) {
@@ -151,7 +153,7 @@ void generate_case(const Model& M, const det_mk_geometry& g) {
     for (auto& v : c.views) ptrs.push_back(&v);
     out.assign(B * max_new, -1), len.assign(B, 0), lg.assign(B * max_new * V, 0.0f);
     det_llama_generate(&M.m, B, prompts.data(), offsets.data(), starts.data(), ptrs.data(), max_new, stops, n_stop,
-                       out.data(), len.data(), lg.data());
+                       sample, out.data(), len.data(), lg.data());
   };
   std::vector<int32_t> free_tok, want_tok;
   std::vector<int64_t> free_len, want_len;
@@ -179,7 +181,7 @@ void generate_case(const Model& M, const det_mk_geometry& g) {
     p.prog.n_rows = (int64_t)tok.size();
     p.prog.tokens = tok.data(), p.prog.positions = pos.data(), p.prog.seq = seq.data(), p.prog.want = want.data();
     p.prog.n_seq = B, p.prog.seqs = fresh_seqs.data(), p.prog.max_new = max_new, p.prog.stop_ids = &stop;
-    p.prog.n_stop = 1, p.prog.out_tokens = out.data(), p.prog.out_lengths = len.data();
+    p.prog.n_stop = 1, p.prog.sample = sample, p.prog.out_tokens = out.data(), p.prog.out_lengths = len.data();
     p.prog.step_logits = with_logits ? lg.data() : nullptr;
     if (det_mk_run_emulated(&p) != DET_MK_OK) printf("emulation failed\n"), ++failures;
     expect_equal(want_len.data(), len.data(), B * 8, "generation lengths", g);
