@@ -9,7 +9,7 @@ import contract_inputs
 import pytest
 import torch
 from certification import N_GEN, SYNTHETIC, generation_digest, inputs_for, logits_digest, model_dir
-from pins import CONTRACT_MATH_DIGEST, MODEL_DIGESTS
+from pins import CONTRACT_MATH_DIGEST, MODEL_DIGESTS, SAMPLED_DIGESTS
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -87,3 +87,14 @@ def test_megakernel_decode_step_timed_and_bad_input(gpu_case):
         mm.decode_step(mm.config.vocab_size, 1, state)
     with pytest.raises(ValueError, match="grid exceeds|shared memory"):
         gpu_case["load"]((100000 % 65535, 8, 4, 16)).teacher_forced_logits([5, 6])
+
+
+def test_megakernel_sampled_digests(gpu_case):
+    """Seeded sampling inside the GPU launch reproduces the CPU-pinned sampled streams (llama)."""
+    if gpu_case["name"] != "llama":
+        pytest.skip("sampled digests are pinned for the llama model")
+    from test_sampling import N_SAMPLED, SETTINGS
+
+    for name, kw in SETTINGS.items():
+        tokens, logits = gpu_case["mm"].generate(gpu_case["prompt"], max_new=N_SAMPLED, return_logits=True, **kw)
+        assert generation_digest(tokens, logits) == SAMPLED_DIGESTS[name], name

@@ -39,6 +39,24 @@ def test_sampled_digest_single_launch_and_per_step(llama, name):
         assert generation_digest(tokens, logits) == SAMPLED_DIGESTS[name], (name, single)
 
 
+def test_sampled_digest_after_a_split_prefill(di, llama):
+    """The prompt fed in three pieces, then one decode_step per token, each pick made with the raw
+    sample_token op at the generated token's position: the pinned stream."""
+    mm, kw = llama["mm"], SETTINGS["all"]
+    state = mm.new_state(len(llama["prompt"]) + N_SAMPLED)
+    for a, b in ((0, 30), (30, 31), (31, 100)):
+        logits = mm.extend(llama["prompt"][a:b], state)
+    seed = kw["seed"] - 2**64 if kw["seed"] >= 2**63 else kw["seed"]
+    tokens, rows = [], []
+    for step in range(N_SAMPLED):
+        tok = di.ops.sample_token(logits, kw["temperature"], kw["top_k"], kw["top_p"], kw["min_p"], seed, state.length)
+        tokens.append(tok)
+        rows.append(logits)
+        if step + 1 < N_SAMPLED:
+            logits = mm.decode_step(tok, state.length, state)
+    assert generation_digest(tokens, torch.stack(rows)) == SAMPLED_DIGESTS["all"]
+
+
 def test_sampled_streams_inside_a_batch_of_16(llama):
     """Each setting's stream at a random slot of a batch whose other sequences sample with other
     settings (or greedily) equals its solo stream."""
