@@ -84,6 +84,8 @@ def test_verify_command(setup, tmp_path):
                                     capture_output=True, text=True)
     r = run(str(good), "--model", str(d))
     assert r.returncode == 0 and r.stdout.startswith("MATCH"), r.stdout + r.stderr
+    r = run(str(good), "--model", str(d), "--executor", "emulated")  # the megakernel's code replays it too
+    assert r.returncode == 0 and r.stdout.startswith("MATCH"), r.stdout + r.stderr
     r = run(str(badf), "--model", str(d))
     assert r.returncode == 1 and "MISMATCH: step 3" in r.stdout
     (tmp_path / "junk.json").write_text("{")
