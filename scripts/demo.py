@@ -158,7 +158,7 @@ def main():
     global _DI
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompt", default=DEFAULT_PROMPT)
-    ap.add_argument("--max-new", type=int, default=64)
+    ap.add_argument("--max-new", type=int, default=128)
     ap.add_argument("--config", choices=CONFIGS, help="run one configuration only and print its row as JSON")
     ap.add_argument("--json", metavar="PATH", default=str(ROOT / "build" / "demo_certificate.json"),
                     help="where to write the generation's certificate (replay: scripts/verify.py PATH)")
