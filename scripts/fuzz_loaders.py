@@ -12,6 +12,7 @@ import random
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,7 +61,8 @@ def run(di, fmt, cases, seed, work):
                 print(f"{fmt} case {i}: unclear error {e!r}", flush=True)
         except Exception as e:  # noqa: BLE001 - counting them is the point
             counts["crashed"] += 1
-            print(f"{fmt} case {i}: {type(e).__name__}: {e}", flush=True)
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            print(f"{fmt} case {i}: {type(e).__name__}: {e} at {where.filename}:{where.lineno}", flush=True)
     print(f"{fmt}: {cases} cases in {time.time() - t:.0f} s: {counts}", flush=True)
     return counts["crashed"]
 

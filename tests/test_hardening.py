@@ -93,3 +93,32 @@ def test_one_model_in_two_threads_is_serialized(di, tmp_root):
     pins = MODEL_DIGESTS["mistral"]
     assert out[0] == out[1] == (pins["teacher_forced"], pins["generation"])
     assert steps["digest"] == pins["teacher_forced"]
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("num_hidden_layers", 2**31 - 1, "above the supported maximum"),
+    ("head_dim", 2**30, "above the supported maximum"),
+    ("vocab_size", 10**12, "above the supported maximum"),
+    ("hidden_size", -4, "must be >= 1"),
+    ("num_attention_heads", "8", "must be an integer"),
+    ("num_key_value_heads", 3, "not a multiple"),
+    ("rms_norm_eps", 0, "positive number"),
+    ("num_hidden_layers", 7, "lacks"),  # consistent-looking but not what the tensors hold
+])
+def test_hostile_config_fields_are_refused_quickly(di, tmp_root, field, value, match):
+    """A config.json with a missing, negative, huge or inconsistent field is a clear error, raised
+    before anything is sized from the value (no tensor-name list or rope table of that size)."""
+    import json
+    import shutil
+    import time
+
+    src = model_dir("llama", tmp_root)
+    case = tmp_root / f"cfg_{field}_{value}"
+    shutil.copytree(src, case, dirs_exist_ok=True)
+    cfg = json.loads((case / "config.json").read_text())
+    cfg[field] = value
+    (case / "config.json").write_text(json.dumps(cfg))
+    t = time.perf_counter()
+    with pytest.raises(ValueError, match=match):
+        di.MegaModel.from_pretrained(str(case))
+    assert time.perf_counter() - t < 30  # a guard against hanging on a huge value, not a speed check

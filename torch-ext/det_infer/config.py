@@ -21,6 +21,13 @@ LLAMA_CFG_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "
                     "qk_norm", "tie_word_embeddings")
 
 
+# Upper bounds far above any released model of these families: a huge value from a hostile or
+# corrupt config is refused before anything is sized from it (a tensor-name list, a rope table).
+MAXIMUM = {"hidden_size": 1 << 16, "num_hidden_layers": 1 << 10, "num_attention_heads": 1 << 10,
+           "num_key_value_heads": 1 << 10, "head_dim": 1 << 12, "intermediate_size": 1 << 18,
+           "vocab_size": 1 << 22}
+
+
 def _int(d, key, default=None, minimum=1):
     value = d.get(key, default)
     if value is None:
@@ -29,6 +36,9 @@ def _int(d, key, default=None, minimum=1):
         raise ValueError(f"det-infer: config field {key!r} must be an integer, got {value!r}")
     if value < minimum:
         raise ValueError(f"det-infer: config field {key!r} must be >= {minimum}, got {value}")
+    if value > MAXIMUM.get(key, 1 << 62):
+        raise ValueError(f"det-infer: config field {key!r} = {value} is above the supported maximum "
+                         f"{MAXIMUM[key]}")
     return value
 
 

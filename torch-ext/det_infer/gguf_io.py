@@ -89,6 +89,27 @@ def _unpermute(w, n_head):
     return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def _check_counts(path):
+    """The header's version and tensor / key-value counts, checked against the file size before
+    gguf-py walks them: a lying count must not make the reader build billions of entries."""
+    import os
+    import struct
+
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(24)
+    if len(head) < 24 or head[:4] != b"GGUF":
+        raise GGUFError(f"det-infer: {path} is not a readable GGUF file (no GGUF magic and header)")
+    version, n_tensors, n_kv = struct.unpack("<IQQ", head[4:24])
+    if version not in (2, 3):
+        raise GGUFError(f"det-infer: {path} has GGUF version {version}; supported: 2 and 3")
+    # Smallest entries: a key-value is a length-prefixed name, a type and a value (>= 13 bytes); a
+    # tensor info is a length-prefixed name, a dimension count, a type and an offset (>= 24 bytes).
+    if n_kv * 13 + n_tensors * 24 > size:
+        raise GGUFError(f"det-infer: {path} claims {n_tensors} tensors and {n_kv} metadata entries, more than "
+                        f"its {size} bytes can hold")
+
+
 def read_gguf(path):
     """(config dict in Hugging Face form, {hf name: bf16 tensor}) of a GGUF file. A malformed file is
     a GGUFError (a ValueError) that says what is wrong, whatever part of it lies."""
@@ -96,6 +117,7 @@ def read_gguf(path):
         import gguf
     except ImportError:
         raise ImportError("det-infer: reading GGUF needs the gguf package (pip install gguf)") from None
+    _check_counts(path)
     try:
         reader = gguf.GGUFReader(str(path))
     except _MALFORMED as e:
