@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""CPU throughput of det-infer on SmolLM2-135M-Instruct (bf16), side by side with transformers eager
-(fp32 and bf16), llama.cpp (bf16 GGUF of the same checkpoint, if benchmarks/build_llamacpp.sh has
-built it) and the memory-bandwidth floor. Prints the markdown table of docs/RESULTS.md §5.
+"""CPU throughput of det-infer on SmolLM2-135M-Instruct (bf16, and its nf4 quantization kept
+packed), side by side with transformers eager (fp32 and bf16), llama.cpp (bf16 GGUF of the same
+checkpoint, if benchmarks/build_llamacpp.sh has built it) and the memory-bandwidth floor. Prints
+the markdown table of docs/RESULTS.md §5.
 
-    .venv/bin/python benchmarks/bench_cpu.py [--threads 2] [--reps 3]
+    .venv/bin/python benchmarks/bench_cpu.py [--threads 2] [--reps 3] [--engines det-infer,det-infer-nf4]
 
 Each engine runs in its own process (so peak RSS is its own); every figure is the median of
 --reps runs measured in this one invocation.
@@ -29,10 +30,10 @@ def _child(kind, threads):
     sys.path.insert(0, str(ROOT / "tests"))
     import real_models
 
-    ckpt = real_models.smollm2_checkpoint()
+    ckpt = real_models.smollm2_nf4_checkpoint() if kind == "det-infer-nf4" else real_models.smollm2_checkpoint()
     ids = [(17 * i + 3) % 40000 + 100 for i in range(PROMPT_LEN)]
     out = {}
-    if kind == "det-infer":
+    if kind.startswith("det-infer"):
         os.environ.setdefault("LOCAL_KERNELS", f"phanerozoic/det-infer={ROOT / 'build'}")
         from kernels import get_kernel
 
@@ -64,7 +65,13 @@ def _child(kind, threads):
         out["decode_b16"] = BATCH * (DECODE_STEPS // 4) / (time.perf_counter() - t)
         kv_mb = (st.cache.numel() + sum(s.cache.numel() for s in states)) * 4 / 2**20
         out["engine_mb"] = _peak_mb() - base
-        out["budget_mb"] = os.path.getsize(ckpt / "model.safetensors") / 2**20 + kv_mb + 50
+        held = sum(t.numel() * t.element_size() for t in mm._weights + mm._scales)
+        out["budget_mb"] = held / 2**20 + kv_mb + 50
+        out["weight_mb"] = held / 2**20
+        packed = [(w, a) for w, a in zip(mm._weights, mm._scales) if a.numel()]
+        if packed:  # bytes per parameter of the nf4 projections: codes plus the resolved absmax
+            out["nf4_bytes_per_param"] = sum(w.numel() + 4 * a.numel() for w, a in packed) / \
+                sum(2 * w.numel() for w, _ in packed)
     else:
         import transformers
 
@@ -140,6 +147,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--child")
+    ap.add_argument("--engines", default="det-infer,det-infer-nf4,transformers-fp32,transformers-bf16")
     args = ap.parse_args()
     if args.child:
         return _child(args.child, args.threads)
@@ -150,7 +158,7 @@ def main():
     weight_bytes = os.path.getsize(ckpt / "model.safetensors")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     results = {}
-    for kind in ("det-infer", "transformers-fp32", "transformers-bf16"):
+    for kind in args.engines.split(","):
         runs = []
         for _ in range(args.reps):
             r = subprocess.run([sys.executable, __file__, "--child", kind, "--threads", str(args.threads)],
@@ -173,13 +181,26 @@ def main():
         print(f"| llama.cpp bf16 (llama-bench -t {args.threads}) | {lc[0]:.0f} | | {lc[1]:.1f} | | | |")
     print(f"| bandwidth floor ({weight_bytes / 1e6:.0f} MB of bf16 weights at {bw:.1f} GB/s read) | | | "
           f"{bw * 1e9 / weight_bytes:.1f} | | | |")
+    if "det-infer-nf4" in results:
+        nf4_bytes = results["det-infer-nf4"]["weight_mb"] * 2**20
+        print(f"| bandwidth floor, nf4 ({nf4_bytes / 1e6:.0f} MB held: packed projections, bf16 embedding) | | | "
+              f"{bw * 1e9 / nf4_bytes:.1f} | | | |")
     d = results["det-infer"]
-    print(f"\ndet-infer / transformers-bf16 decode b1: {d['decode_b1'] / results['transformers-bf16']['decode_b1']:.1f}x")
+    if "transformers-bf16" in results:
+        print(f"\ndet-infer / transformers-bf16 decode b1: "
+              f"{d['decode_b1'] / results['transformers-bf16']['decode_b1']:.1f}x")
+    if "det-infer-nf4" in results:
+        q = results["det-infer-nf4"]
+        print(f"det-infer nf4 / bf16: decode b1 {q['decode_b1'] / d['decode_b1']:.2f}x per-step calls, "
+              f"{q['decode_b1_single_launch'] / d['decode_b1_single_launch']:.2f}x single launch, b16 "
+              f"{q['decode_b16'] / d['decode_b16']:.2f}x, prefill {q['prefill'] / d['prefill']:.2f}x; weights held "
+              f"{q['weight_mb']:.0f} MB vs {d['weight_mb']:.0f} MB, {q['nf4_bytes_per_param']:.4f} bytes per nf4 "
+              f"parameter; memory above baseline {q['engine_mb']:.0f} MB (budget {q['budget_mb']:.0f} MB)")
     if lc:
         print(f"det-infer / llama.cpp: decode b1 {d['decode_b1'] / lc[1]:.2f}x per-step calls, "
               f"{d['decode_b1_single_launch'] / lc[1]:.2f}x single launch; prefill {d['prefill'] / lc[0]:.2f}x")
     print(f"det-infer memory above the process baseline (torch imported): peak {d['engine_mb']:.0f} MB, "
-          f"budget (bf16 weights + its KV caches + 50 MB) {d['budget_mb']:.0f} MB")
+          f"budget (weights + its KV caches + 50 MB) {d['budget_mb']:.0f} MB")
 
 
 if __name__ == "__main__":

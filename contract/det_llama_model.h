@@ -1,23 +1,26 @@
 // det_llama_model.h: what every executor takes: a llama-family model (Llama, Qwen3, Mistral) as
-// bf16 weight pointers plus the shapes the contract depends on, and one sequence's fp32 KV cache.
+// weight pointers (bf16 vectors; the seven per-layer projections dense bf16 or nf4-packed,
+// det_nf4.h) plus the shapes the contract depends on, and one sequence's fp32 KV cache.
 // The CPU engine reads host pointers; the megakernel reads the same struct holding device
 // pointers (or host pointers under emulation). Plain C, no torch.
 #pragma once
 
 #include <stdint.h>
 
+#include "det_nf4.h"
+
 struct det_llama_layer {
   const uint16_t* attn_norm;  // (hidden,)
-  const uint16_t* wq;         // (heads*head_dim, hidden)
-  const uint16_t* wk;         // (kv_heads*head_dim, hidden)
-  const uint16_t* wv;         // (kv_heads*head_dim, hidden)
-  const uint16_t* wo;         // (hidden, heads*head_dim)
+  det_matrix wq;              // (heads*head_dim, hidden)
+  det_matrix wk;              // (kv_heads*head_dim, hidden)
+  det_matrix wv;              // (kv_heads*head_dim, hidden)
+  det_matrix wo;              // (hidden, heads*head_dim)
   const uint16_t* q_norm;     // (head_dim,) or null (Qwen3 qk-norm)
   const uint16_t* k_norm;     // (head_dim,) or null
   const uint16_t* mlp_norm;   // (hidden,)
-  const uint16_t* w_gate;     // (inter, hidden)
-  const uint16_t* w_up;       // (inter, hidden)
-  const uint16_t* w_down;     // (hidden, inter)
+  det_matrix w_gate;          // (inter, hidden)
+  det_matrix w_up;            // (inter, hidden)
+  det_matrix w_down;          // (hidden, inter)
 };
 
 struct det_llama_model {
@@ -28,7 +31,7 @@ struct det_llama_model {
   const double* inv_freq;  // (rope_pairs,) fp64 rope inverse frequencies (rope.py)
   const uint16_t* embed;   // (vocab, hidden)
   const uint16_t* final_norm;
-  const uint16_t* lm_head;  // (vocab, hidden); the embedding when tied
+  const uint16_t* lm_head;  // (vocab, hidden) bf16; the embedding when tied
   const det_llama_layer* layers;
 };
 

@@ -26,8 +26,9 @@ int hardware_isa() {
 #endif
 }
 
-int gemv_isa(int64_t K) {
-  return det_cpu_isa() >= DET_ISA_AVX2 && K % 16 == 0 ? DET_ISA_AVX2 : DET_ISA_REF;
+int gemv_isa(const det_matrix& W, int64_t K) {
+  const bool fits = K % 16 == 0 && (W.bf16 || W.block_shift >= 4);
+  return det_cpu_isa() >= DET_ISA_AVX2 && fits ? DET_ISA_AVX2 : DET_ISA_REF;
 }
 
 DET_CPU_CLONES void silu_mul_ref(const float* gate, const float* up, float* out, int64_t n) {
@@ -51,19 +52,18 @@ int det_cpu_isa() {
 void det_set_isa_cap(int level) { g_isa_cap = level; }
 
 // The literal 256-residue loops; each converted weight row serves kBatchLanes inputs.
-DET_CPU_CLONES void det_gemv_rows_ref(const uint16_t* W, int64_t K, const float* X, int64_t B, float* Y,
+DET_CPU_CLONES void det_gemv_rows_ref(const det_matrix& W, int64_t K, const float* X, int64_t B, float* Y,
                                       int64_t ldy, int64_t r0, int64_t r1) {
   float wf[DET_REDUCE_LANES];
   float acc[kBatchLanes][DET_REDUCE_LANES];
   for (int64_t r = r0; r < r1; ++r) {
-    const uint16_t* w = W + r * K;
     for (int64_t b0 = 0; b0 < B; b0 += kBatchLanes) {
       int64_t nb = std::min(kBatchLanes, B - b0);
       for (int64_t bb = 0; bb < nb; ++bb)
         for (int j = 0; j < DET_REDUCE_LANES; ++j) acc[bb][j] = 0.0f;
       for (int64_t k0 = 0; k0 < K; k0 += DET_REDUCE_LANES) {
         int64_t n = std::min<int64_t>(DET_REDUCE_LANES, K - k0);
-        for (int64_t j = 0; j < n; ++j) wf[j] = det_bf16_to_f32(w[k0 + j]);
+        for (int64_t j = 0; j < n; ++j) wf[j] = det_matrix_at_f32(W, K, r, k0 + j);
         for (int64_t bb = 0; bb < nb; ++bb) {
           const float* x = X + (b0 + bb) * K + k0;
           float* a = acc[bb];
@@ -75,9 +75,9 @@ DET_CPU_CLONES void det_gemv_rows_ref(const uint16_t* W, int64_t K, const float*
   }
 }
 
-void det_gemv_rows(const uint16_t* W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
+void det_gemv_rows(const det_matrix& W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
                    int64_t r0, int64_t r1) {
-  switch (gemv_isa(K)) {
+  switch (gemv_isa(W, K)) {
 #if defined(__x86_64__)
     case DET_ISA_AVX2: return det_gemv_rows_avx2(W, K, X, B, Y, ldy, r0, r1);
 #endif
@@ -85,9 +85,9 @@ void det_gemv_rows(const uint16_t* W, int64_t K, const float* X, int64_t B, floa
   }
 }
 
-const char* det_gemv_impl_name(int64_t K) {
+const char* det_gemv_impl_name(const det_matrix& W, int64_t K) {
   static const char* const names[] = {"ref", "avx2"};
-  return names[gemv_isa(K)];
+  return names[gemv_isa(W, K)];
 }
 
 float det_dot_f32(const float* a, const float* b, int64_t K) {

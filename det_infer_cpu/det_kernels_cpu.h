@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 
+#include "../contract/det_nf4.h"
+
 // ISA levels. The level used is the CPU's, capped by DET_INFER_GEMV=ref in the environment or by
 // det_set_isa_cap (for tests and A/B runs). (An AVX-512 tile kernel was measured on a Zen 4 EPYC,
 // which executes 512-bit fma as two 256-bit halves: no faster than AVX2, so it was dropped.)
@@ -13,11 +15,11 @@ int det_cpu_isa();
 void det_set_isa_cap(int level);
 
 // Y[b*ldy + r] = canonical dot(W[r, :], X[b*K .. +K)) for rows r0 <= r < r1 and inputs b < B
-// (docs/SPEC.md §9); W bf16 bits (rows of K), X fp32.
-void det_gemv_rows(const uint16_t* W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
+// (docs/SPEC.md §9); W dense bf16 or nf4-packed with rows of K (det_nf4.h), X fp32.
+void det_gemv_rows(const det_matrix& W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
                    int64_t r0, int64_t r1);
-// Which version det_gemv_rows uses for rows of length K: "ref" or "avx2".
-const char* det_gemv_impl_name(int64_t K);
+// Which version det_gemv_rows uses for W with rows of length K: "ref" or "avx2".
+const char* det_gemv_impl_name(const det_matrix& W, int64_t K);
 // Canonical dot of two fp32 vectors (attention scores).
 float det_dot_f32(const float* a, const float* b, int64_t K);
 // out[i] = fl(silu(gate[i]) * up[i])
@@ -26,11 +28,12 @@ void det_silu_mul(const float* gate, const float* up, float* out, int64_t n);
 void det_exp_sub(const float* s, float m, float* e, int64_t n);
 
 // ---- the versions -----------------------------------------------------------------------------
-void det_gemv_rows_ref(const uint16_t* W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
+void det_gemv_rows_ref(const det_matrix& W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
                        int64_t r0, int64_t r1);
 #if defined(__x86_64__)
-// AVX2 + FMA (x86/det_gemv_avx2.cpp): row streaming (1-2 inputs) or register tiles; K % 16 == 0.
-void det_gemv_rows_avx2(const uint16_t* W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
+// AVX2 + FMA (x86/det_gemv_avx2.cpp): row streaming (1-2 inputs) or register tiles; K % 16 == 0,
+// and nf4 blocks of at least 16.
+void det_gemv_rows_avx2(const det_matrix& W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
                         int64_t r0, int64_t r1);
 float det_dot_f32_avx2(const float* a, const float* b, int64_t K);  // K % 8 == 0
 // AVX2 + FMA (x86/det_act_avx2.cpp)

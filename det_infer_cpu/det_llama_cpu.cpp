@@ -23,14 +23,14 @@ namespace {
 constexpr int64_t kRowBlock = 64;  // rows carried through the layers together (scheduling only)
 constexpr int64_t kMinParallelRows = 8;  // norms of fewer rows run on the calling thread
 // Y (B, N) = X (B, K) times W (N, K) transposed, parallel over the N weight rows.
-void gemv(const uint16_t* W, int64_t N, int64_t K, const float* X, int64_t B, float* Y) {
+void gemv(const det_matrix& W, int64_t N, int64_t K, const float* X, int64_t B, float* Y) {
   det_parallel_chunks(N, [&](int64_t r0, int64_t r1) { det_gemv_rows(W, K, X, B, Y, N, r0, r1); });
 }
 
 // Several matrices sharing one input, in one parallel region: their rows are split across the
 // threads as one concatenated range (fewer thread wake-ups per layer; same per-row work).
 struct GemvPart {
-  const uint16_t* W;
+  const det_matrix* W;
   int64_t N;
   float* Y;  // (B, N)
 };
@@ -41,7 +41,7 @@ void gemv_parts(const GemvPart* parts, int n_parts, int64_t K, const float* X, i
     int64_t base = 0;
     for (int i = 0; i < n_parts; ++i) {
       const int64_t a = std::max(r0, base), b = std::min(r1, base + parts[i].N);
-      if (a < b) det_gemv_rows(parts[i].W, K, X, B, parts[i].Y, parts[i].N, a - base, b - base);
+      if (a < b) det_gemv_rows(*parts[i].W, K, X, B, parts[i].Y, parts[i].N, a - base, b - base);
       base += parts[i].N;
     }
   });
@@ -49,7 +49,7 @@ void gemv_parts(const GemvPart* parts, int n_parts, int64_t K, const float* X, i
 
 // gate and up rows, then silu(gate) * up on the same elements, in one parallel region: the result
 // overwrites gate.
-void gemv_gate_up_silu(const uint16_t* Wg, const uint16_t* Wu, int64_t I, int64_t K, const float* X, int64_t B,
+void gemv_gate_up_silu(const det_matrix& Wg, const det_matrix& Wu, int64_t I, int64_t K, const float* X, int64_t B,
                        float* gate, float* up) {
   det_parallel_chunks(I, [&](int64_t r0, int64_t r1) {
     det_gemv_rows(Wg, K, X, B, gate, I, r0, r1);
@@ -184,7 +184,7 @@ void forward_block(const det_llama_model* m, int64_t B, const int32_t* tokens,
   for (int64_t l = 0; l < m->n_layers; ++l) {
     const det_llama_layer& L = m->layers[l];
     rmsnorm(w.x.data(), L.attn_norm, w.h.data(), B, H, m->rms_eps);
-    const GemvPart qkv[3] = {{L.wq, QD, w.q.data()}, {L.wk, KVD, w.k.data()}, {L.wv, KVD, w.v.data()}};
+    const GemvPart qkv[3] = {{&L.wq, QD, w.q.data()}, {&L.wk, KVD, w.k.data()}, {&L.wv, KVD, w.v.data()}};
     gemv_parts(qkv, 3, H, w.h.data(), B);
     if (L.q_norm) rmsnorm(w.q.data(), L.q_norm, w.q.data(), B * m->n_heads, D, m->rms_eps);
     if (L.k_norm) rmsnorm(w.k.data(), L.k_norm, w.k.data(), B * m->n_kv_heads, D, m->rms_eps);
@@ -225,7 +225,9 @@ void forward_block(const det_llama_model* m, int64_t B, const int32_t* tokens,
     }
   if (nw == 0) return;
   rmsnorm(w.x.data(), m->final_norm, w.h.data(), nw, H, m->rms_eps);
-  gemv(m->lm_head, m->vocab, H, w.h.data(), nw, logits);
+  det_matrix head{};
+  head.bf16 = m->lm_head;
+  gemv(head, m->vocab, H, w.h.data(), nw, logits);
 }
 
 }  // namespace

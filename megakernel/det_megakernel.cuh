@@ -74,11 +74,38 @@ DET_DEV void det_mk_with_nb(int n, F f) {
   else f.template operator()<16>();
 }
 
-// The warp's GEMV rows: item it is the weight row row(it) (K bf16, 16-byte aligned, K % 8 == 0),
-// dotted with the nb input rows x + b*ldx. Weights stream through the warp's ring of c.depth stages
-// (each lane copies and later reads only its own 16 bytes, so no warp barrier is needed); each
-// weight is read once for all nb rows. After each item, emit(it, y) runs on every lane with
-// y[b] = the canonical dot, valid on lane 0.
+// One weight row as the GEMV reads it: row r of matrix w (cols elements, dense bf16 or nf4).
+struct det_mk_row {
+  const det_matrix* w;
+  int64_t r;
+};
+
+// Lane's 8 weights at columns k..k+7 of row `row`, from the 16 bytes its ring slot received
+// (8 bf16, or 4 bytes of nf4 codes whose 8 elements share one block: blocks hold at least 8).
+DET_DEV void det_mk_decode8(const det_mk_row& row, int64_t K, int64_t k, const det_vec_u32x4& w4, float (&w)[8]) {
+  if (row.w->bf16) {
+    const uint32_t words[4] = {w4.x, w4.y, w4.z, w4.w};
+    for (int j = 0; j < 4; ++j) {
+      w[2 * j] = det_bf16_to_f32((uint16_t)(words[j] & 0xffffu));
+      w[2 * j + 1] = det_bf16_to_f32((uint16_t)(words[j] >> 16));
+    }
+    return;
+  }
+  const det_matrix& m = *row.w;
+  const int64_t i = row.r * K + k;
+  const float scale = m.absmax[i >> m.block_shift];
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t byte = (w4.x >> (8 * j)) & 0xffu;
+    w[2 * j] = det_nf4_weight_f32(m.code[byte >> 4], scale);
+    w[2 * j + 1] = det_nf4_weight_f32(m.code[byte & 15u], scale);
+  }
+}
+
+// The warp's GEMV rows: item it is the weight row row(it) (a det_mk_row; K % 8 == 0, rows 16-byte
+// aligned when dense, 4-byte when nf4), dotted with the nb input rows x + b*ldx. Weights stream
+// through the warp's ring of c.depth stages (each lane copies and later reads only its own slot,
+// so no warp barrier is needed); each weight is read once for all nb rows. After each item,
+// emit(it, y) runs on every lane with y[b] = the canonical dot, valid on lane 0.
 template <int NB, class Row, class Emit>
 DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row row, const float* x,
                          int64_t ldx, int nb, Emit emit) {
@@ -91,7 +118,12 @@ DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row ro
   auto issue = [&]() {  // the next (item, step) into its ring slot, or an empty group at the end
     if (issued < total) {
       const int64_t k = issue_s * 8 * DET_WARP + 8 * lane;
-      if (k < K) det_cp_async16(&ring[(issued & mask) * DET_WARP + lane], row(issue_it) + k);
+      if (k < K) {
+        const det_mk_row src = row(issue_it);
+        det_vec_u32x4* dst = &ring[(issued & mask) * DET_WARP + lane];
+        if (src.w->bf16) det_cp_async16(dst, src.w->bf16 + src.r * K + k);
+        else det_cp_async4(dst, src.w->nf4 + (src.r * K + k) / 2);
+      }
       if (++issue_s == steps) issue_s = 0, ++issue_it;
     }
     ++issued;
@@ -109,13 +141,8 @@ DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row ro
     else det_cp_async_wait<1>();
     const int64_t k = s * 8 * DET_WARP + 8 * lane;
     if (k < K) {
-      const det_vec_u32x4 w4 = ring[(f & mask) * DET_WARP + lane];
-      const uint32_t words[4] = {w4.x, w4.y, w4.z, w4.w};
       float w[8];
-      for (int j = 0; j < 4; ++j) {
-        w[2 * j] = det_bf16_to_f32((uint16_t)(words[j] & 0xffffu));
-        w[2 * j + 1] = det_bf16_to_f32((uint16_t)(words[j] >> 16));
-      }
+      det_mk_decode8(row(it), K, k, ring[(f & mask) * DET_WARP + lane], w);
       for (int b = 0; b < NB; ++b) {
         if (b >= nb) break;
         const det_vec_f32x4 x0 = det_load_f32x4(x + b * ldx + k), x1 = det_load_f32x4(x + b * ldx + k + 4);
@@ -193,7 +220,7 @@ DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, int64_t l) {
   det_mk_with_nb(nb, [&]<int NB>() {
     auto row = [&](int64_t it) {
       const int64_t n = det_mk_output(c, it);
-      return n < QD ? L.wq + n * H : n < QD + KVD ? L.wk + (n - QD) * H : L.wv + (n - QD - KVD) * H;
+      return n < QD ? det_mk_row{&L.wq, n} : n < QD + KVD ? det_mk_row{&L.wk, n - QD} : det_mk_row{&L.wv, n - QD - KVD};
     };
     auto emit = [&](int64_t it, const float* y) {
       if (det_lane() != 0) return;
@@ -321,12 +348,12 @@ DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
 }
 
 // O and DOWN: rows of W (H x K) over the input rows; the result is added to the residual stream.
-DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const uint16_t* W, const float* in, int64_t K) {
+DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_matrix* W, const float* in, int64_t K) {
   const int64_t H = c.P->model.hidden;
   float* x = c.P->ws.x;
   const int nb = c.tile->n;
   det_mk_with_nb(nb, [&]<int NB>() {
-    auto row = [&](int64_t it) { return W + det_mk_output(c, it) * K; };
+    auto row = [&](int64_t it) { return det_mk_row{W, det_mk_output(c, it)}; };
     auto emit = [&](int64_t it, const float* y) {
       if (det_lane() != 0) return;
       const int64_t n = det_mk_output(c, it);
@@ -346,7 +373,7 @@ DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, int64_t l) {
   det_mk_norm_rows(c, nb, nullptr, false, L.mlp_norm);
   det_mk_with_nb(nb, [&]<int NB>() {
     float gate[NB] = {};
-    auto row = [&](int64_t it) { return (it % 2 ? L.w_up : L.w_gate) + det_mk_output(c, it / 2) * H; };
+    auto row = [&](int64_t it) { return det_mk_row{it % 2 ? &L.w_up : &L.w_gate, det_mk_output(c, it / 2)}; };
     auto emit = [&](int64_t it, const float* y) {
       if (det_lane() != 0) return;
       const int64_t n = det_mk_output(c, it / 2);
@@ -366,7 +393,8 @@ DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c) {
   const int nw = t.n_want;
   det_mk_norm_rows(c, nw, t.want_row, false, m.final_norm);
   det_mk_with_nb(nw, [&]<int NB>() {
-    auto row = [&](int64_t it) { return m.lm_head + det_mk_output(c, it) * m.hidden; };
+    const det_matrix head = {m.lm_head, nullptr, nullptr, nullptr, 0};
+    auto row = [&](int64_t it) { return det_mk_row{&head, det_mk_output(c, it)}; };
     auto emit = [&](int64_t it, const float* y) {
       if (det_lane() != 0) return;
       const int64_t n = det_mk_output(c, it);
@@ -481,11 +509,11 @@ DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
     det_sync_grid(ws.barrier);
     det_mk_phase_attn(c, l);
     det_sync_grid(ws.barrier);
-    det_mk_phase_residual_gemv(c, m.layers[l].wo, ws.att, m.n_heads * m.head_dim);
+    det_mk_phase_residual_gemv(c, &m.layers[l].wo, ws.att, m.n_heads * m.head_dim);
     det_sync_grid(ws.barrier);
     det_mk_phase_mlp(c, l);
     det_sync_grid(ws.barrier);
-    det_mk_phase_residual_gemv(c, m.layers[l].w_down, ws.act, m.inter);
+    det_mk_phase_residual_gemv(c, &m.layers[l].w_down, ws.act, m.inter);
     det_sync_grid(ws.barrier);
   }
   if (c.tile->n_want > 0) {

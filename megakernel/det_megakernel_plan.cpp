@@ -64,13 +64,21 @@ int det_mk_check_model(const det_llama_model* m, const char** why) {
   return DET_MK_OK;
 }
 
+// cp.async reads a dense row in 16-byte pieces and an nf4 row in 4-byte pieces (8 codes).
+static bool matrix_aligned(const det_matrix& w) {
+  if (w.bf16) return (uintptr_t)w.bf16 % 16 == 0;
+  return ((uintptr_t)w.nf4 | (uintptr_t)w.absmax | (uintptr_t)w.code) % 4 == 0;
+}
+
 int det_mk_check_alignment(const det_llama_model* m, const char** why) {
   const det_llama_layer* L = m->layers;
   bool aligned = ((uintptr_t)m->embed | (uintptr_t)m->lm_head) % 16 == 0;
-  for (int64_t l = 0; L && l < m->n_layers; ++l)
-    aligned = aligned && ((uintptr_t)L[l].wq | (uintptr_t)L[l].wk | (uintptr_t)L[l].wv | (uintptr_t)L[l].wo |
-                          (uintptr_t)L[l].w_gate | (uintptr_t)L[l].w_up | (uintptr_t)L[l].w_down) % 16 == 0;
-  return aligned ? DET_MK_OK : fail(why, DET_MK_ERR_SHAPE, "the megakernel needs every weight matrix 16-byte aligned");
+  for (int64_t l = 0; L && l < m->n_layers; ++l) {
+    const det_matrix* w[] = {&L[l].wq, &L[l].wk, &L[l].wv, &L[l].wo, &L[l].w_gate, &L[l].w_up, &L[l].w_down};
+    for (const det_matrix* x : w) aligned = aligned && matrix_aligned(*x);
+  }
+  return aligned ? DET_MK_OK
+                 : fail(why, DET_MK_ERR_SHAPE, "the megakernel needs dense weight matrices 16-byte aligned and nf4 codes 4-byte aligned");
 }
 
 int det_mk_check_geometry(const det_mk_geometry* g, const char** why) {

@@ -12,8 +12,9 @@
 //   det_shfl_down_combine_n(v, n, d, f)  v[i] = f(v[i], v[i] of lane + d), all lanes at once
 //   det_smem()         the block's dynamic shared memory
 //   det_load_f32x4(p)  one 16-byte load of 4 floats (p 16-byte aligned)
-//   det_cp_async16 / det_cp_async_commit / det_cp_async_wait<N>  16-byte async copies global ->
-//                      shared (cp.async on sm_80+, a plain copy before sm_80 and on the host)
+//   det_cp_async16 / det_cp_async4 / det_cp_async_commit / det_cp_async_wait<N>  16- and 4-byte
+//                      async copies global -> shared (cp.async on sm_80+, a plain copy before
+//                      sm_80 and on the host)
 // Every call that synchronizes must be reached by every thread of its scope (warp, block, grid),
 // as on the GPU; the emulator reports a deadlock instead of hanging when one is not.
 #pragma once
@@ -86,6 +87,14 @@ DET_DEV void det_cp_async16(void* smem_dst, const void* gmem_src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src) : "memory");
 #else
   *(uint4*)smem_dst = __ldg((const uint4*)gmem_src);
+#endif
+}
+DET_DEV void det_cp_async4(void* smem_dst, const void* gmem_src) {
+#if __CUDA_ARCH__ >= 800
+  const unsigned int dst = (unsigned int)__cvta_generic_to_shared(smem_dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem_src) : "memory");
+#else
+  *(uint32_t*)smem_dst = __ldg((const unsigned int*)gmem_src);
 #endif
 }
 DET_DEV void det_cp_async_commit() {
@@ -168,6 +177,7 @@ DET_DEV void det_shfl_down_combine_n(T* v, int n, int delta, F f) {
 
 // Weights are read-only for the whole launch, so an immediate copy is what cp.async delivers.
 DET_DEV void det_cp_async16(void* smem_dst, const void* gmem_src) { memcpy(smem_dst, gmem_src, 16); }
+DET_DEV void det_cp_async4(void* smem_dst, const void* gmem_src) { memcpy(smem_dst, gmem_src, 4); }
 DET_DEV void det_cp_async_commit() {}
 template <int N>
 DET_DEV void det_cp_async_wait() {}

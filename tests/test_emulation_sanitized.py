@@ -1,7 +1,7 @@
 """The megakernel's device code under host SIMT emulation, and the CPU engine, built with
 AddressSanitizer and UndefinedBehaviorSanitizer (tests/native/emulation_harness.cpp, torch-free):
 every program (interleaved sequences, a prefill across a 128-position chunk, generation with and
-without returned logits and a stop id) on two small models and four geometries runs clean and
+without returned logits and a stop id) on four small models (dense and nf4 projections) and four geometries runs clean and
 equals the engine bit for bit. An out-of-bounds access anywhere on the way aborts the run."""
 import shutil
 import subprocess

@@ -38,6 +38,45 @@ def test_engine_gemv_equals_reference(di, isa, K, B):
     assert torch.equal(out.view(torch.int32), _reference(di, w, x).view(torch.int32)), impl
 
 
+def _nf4_case(rng, N, K, block, codebook):
+    """Random nf4 codes and absmax (with a zero, a subnormal and a huge block scale), and the dense
+    bf16 matrix bitsandbytes' reference dequantization makes of them (tests/nf4_checkpoints.py)."""
+    from bitsandbytes.backends.default.ops import _dequantize_4bit_compute
+
+    codes = torch.from_numpy(rng.integers(0, 256, N * K // 2, dtype=np.uint8))
+    absmax = torch.from_numpy(rng.uniform(0.01, 2.0, -(-N * K // block)).astype(np.float32))
+    special = torch.tensor([0.0, 1e-40, 3e38])[: absmax.numel()]
+    absmax[: len(special)] = special
+    dense = _dequantize_4bit_compute(codes, absmax, codebook, block, (N, K), torch.bfloat16)
+    return codes.reshape(N, K // 2), absmax, dense
+
+
+@pytest.mark.parametrize("isa", [0, 1], indirect=True, ids=["ref", "avx2"])
+@pytest.mark.parametrize("K,block", [(352, 64), (352, 8), (576, 16), (576, 128), (40, 32), (64, 4096), (2064, 256)])
+@pytest.mark.parametrize("B", [1, 2, 5, 16])
+def test_engine_gemv_nf4_equals_dense(di, isa, K, block, B):
+    """nf4 decoded in the GEMV's loop gives exactly the dense GEMV over bitsandbytes' own
+    dequantization of the same codes: every block size, blocks crossing rows, both ISA paths."""
+    pytest.importorskip("bitsandbytes")
+    rng = np.random.default_rng(K * 7 + block + B)
+    N = 37
+    codes, absmax, dense = _nf4_case(rng, N, K, block, di.ops.nf4_codebook())
+    x = torch.from_numpy(rng.standard_normal((B, K)).astype(np.float32))
+    want, got = torch.empty((B, N)), torch.empty((B, N))
+    di.ops.gemv_engine(want, dense, x)
+    impl = di.ops.gemv_engine(got, codes, x, absmax)
+    assert impl == ("ref", "avx2")[isa] or (impl == "ref" and (K % 16 or block < 16))
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32)), impl
+
+
+def test_engine_gemv_nf4_rejects_bad_blocks(di):
+    codes = torch.zeros((4, 32), dtype=torch.uint8)
+    with pytest.raises(ValueError, match="absmax values for 256 elements"):
+        di.ops.gemv_engine(torch.empty((1, 4)), codes, torch.ones(1, 64), torch.ones(3))
+    with pytest.raises(ValueError, match="even row length"):
+        di.ops.gemv_engine(torch.empty((1, 4)), codes[:, :16].contiguous(), torch.ones(1, 33), torch.ones(4))
+
+
 def test_engine_uses_the_isa_paths_here(di):
     """On a CPU with AVX2 the fast paths are really exercised by the test above."""
     flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []

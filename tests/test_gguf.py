@@ -125,6 +125,20 @@ def test_f32_gguf_equals_the_original_checkpoint(di, tmp_path, family):
     assert torch.equal(gguf_logits, di.MegaModel.from_pretrained(original).teacher_forced_logits(ids))
 
 
+@pytest.mark.parametrize("family,qtype", [("qwen3", "Q4_1"), ("mistral", "Q8_0")])
+def test_gguf_on_the_emulated_megakernel(di, tmp_path, family, qtype):
+    """Both executors give the same bits for a GGUF model (the megakernel's device code under
+    host emulation)."""
+    path, _ = write_gguf(family, qtype, str(tmp_path))
+    ids = synthetic.token_sequence(40, 1000, 21)
+    engine = di.MegaModel.from_gguf(path)
+    emulated = di.MegaModel.from_gguf(path, executor="emulated",
+                                      geometry={"grid": 2, "warps": 2, "ring": 2, "tile_rows": 8, "seed": 3})
+    assert torch.equal(emulated.teacher_forced_logits(ids).view(torch.int32),
+                       engine.teacher_forced_logits(ids).view(torch.int32))
+    assert emulated.generate(ids[:20], max_new=8) == engine.generate(ids[:20], max_new=8)
+
+
 def test_real_smollm2_gguf_reproduces_the_pinned_certificate(di):
     path = real_models.smollm2_gguf()
     if path is None:

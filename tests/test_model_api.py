@@ -172,7 +172,7 @@ def test_raw_op_validates_its_arguments(di, mm):
     w, cfg = mm._weights, mm._cfg_ints
     logits = torch.empty((1, 1000))
     state = mm.new_state(8)
-    args = lambda tok, pos: (w, cfg, mm.config.rms_norm_eps, mm._inv_freq, torch.tensor([tok], dtype=torch.int32),
+    args = lambda tok, pos: (w, [], cfg, mm.config.rms_norm_eps, mm._inv_freq, torch.tensor([tok], dtype=torch.int32),
                              torch.tensor([pos]), [state.cache], torch.tensor([0]), torch.tensor([1], dtype=torch.uint8),
                              logits)
     with pytest.raises(ValueError, match="outside the vocabulary"):
@@ -181,7 +181,7 @@ def test_raw_op_validates_its_arguments(di, mm):
         di.ops.mak_forward(*args(5, 8))
     with pytest.raises(ValueError, match="got 29 weight tensors, expected 30"):
         di.ops.mak_forward(w[:-1], *args(5, 0)[1:])
-    two = (w, cfg, mm.config.rms_norm_eps, mm._inv_freq, torch.tensor([5, 6], dtype=torch.int32),
+    two = (w, [], cfg, mm.config.rms_norm_eps, mm._inv_freq, torch.tensor([5, 6], dtype=torch.int32),
            torch.tensor([1, 0]), [state.cache], torch.tensor([0, 0]), torch.tensor([1, 1], dtype=torch.uint8),
            torch.empty((2, 1000)))
     with pytest.raises(ValueError, match="increasing position order"):

@@ -22,11 +22,11 @@ void check_rc(int rc) {
 
 }  // namespace
 
-void mak_forward(const std::vector<torch::Tensor>& weights, c10::IntArrayRef cfg, double eps,
+void mak_forward(const std::vector<torch::Tensor>& weights, const std::vector<torch::Tensor>& scales, c10::IntArrayRef cfg, double eps,
                  const torch::Tensor& inv_freq, const torch::Tensor& tokens, const torch::Tensor& positions,
                  const std::vector<torch::Tensor>& caches, const torch::Tensor& cache_index,
                  const torch::Tensor& want, torch::Tensor& logits) {
-  Assembled a = assemble(weights, cfg, eps, inv_freq, torch::kCPU);
+  Assembled a = assemble(weights, scales, cfg, eps, inv_freq, torch::kCPU);
   std::vector<det_kv_cache> views = cache_views(a.model, caches, torch::kCPU);
   const int64_t n = tokens.numel();
   const int32_t* tok = host_ints<int32_t>(tokens, torch::kInt32, "tokens");
@@ -48,13 +48,13 @@ void mak_forward(const std::vector<torch::Tensor>& weights, c10::IntArrayRef cfg
   check_rc(det_llama_forward(&a.model, n, tok, pos, row_cache.data(), wl, logits.data_ptr<float>()));
 }
 
-void mak_generate(const std::vector<torch::Tensor>& weights, c10::IntArrayRef cfg, double eps,
+void mak_generate(const std::vector<torch::Tensor>& weights, const std::vector<torch::Tensor>& scales, c10::IntArrayRef cfg, double eps,
                   const torch::Tensor& inv_freq, const torch::Tensor& prompts,
                   const torch::Tensor& prompt_offsets, const torch::Tensor& start_positions,
                   const std::vector<torch::Tensor>& caches, int64_t max_new, const torch::Tensor& stop_ids,
                   const torch::Tensor& sample_f, const torch::Tensor& sample_i, torch::Tensor& out_tokens,
                   torch::Tensor& out_lengths, torch::Tensor& step_logits) {
-  Assembled a = assemble(weights, cfg, eps, inv_freq, torch::kCPU);
+  Assembled a = assemble(weights, scales, cfg, eps, inv_freq, torch::kCPU);
   std::vector<det_kv_cache> views = cache_views(a.model, caches, torch::kCPU);
   const int64_t B = (int64_t)views.size();
   TORCH_CHECK_VALUE(B >= 1 && prompt_offsets.numel() == B + 1 && start_positions.numel() == B,
@@ -104,11 +104,11 @@ int64_t sample_token(const torch::Tensor& logits, double temperature, int64_t to
 
 void register_llama_ops(torch::Library& ops) {
   // Forward pass of rows (token, position, cache) through a llama-family model; logits of the wanted rows.
-  ops.def("mak_forward(Tensor[] weights, int[] cfg, float eps, Tensor inv_freq, Tensor tokens, Tensor positions, "
+  ops.def("mak_forward(Tensor[] weights, Tensor[] scales, int[] cfg, float eps, Tensor inv_freq, Tensor tokens, Tensor positions, "
           "Tensor(a!)[] caches, Tensor cache_index, Tensor want, Tensor! logits) -> ()");
   ops.impl("mak_forward", torch::kCPU, &mak_forward);
   // A whole greedy generation for B sequences (prefill + every decode step) in one native call.
-  ops.def("mak_generate(Tensor[] weights, int[] cfg, float eps, Tensor inv_freq, Tensor prompts, "
+  ops.def("mak_generate(Tensor[] weights, Tensor[] scales, int[] cfg, float eps, Tensor inv_freq, Tensor prompts, "
           "Tensor prompt_offsets, Tensor start_positions, Tensor(a!)[] caches, int max_new, Tensor stop_ids, "
           "Tensor sample_f, Tensor sample_i, Tensor! out_tokens, Tensor! out_lengths, Tensor! step_logits) -> ()");
   ops.impl("mak_generate", torch::kCPU, &mak_generate);

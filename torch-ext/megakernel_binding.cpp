@@ -127,13 +127,13 @@ void check_output(const torch::Tensor& t, at::ScalarType type, int64_t numel, co
 
 }  // namespace
 
-void mega_forward(const std::vector<torch::Tensor>& weights, c10::IntArrayRef cfg, double eps,
+void mega_forward(const std::vector<torch::Tensor>& weights, const std::vector<torch::Tensor>& scales, c10::IntArrayRef cfg, double eps,
                   const torch::Tensor& inv_freq, const torch::Tensor& tokens, const torch::Tensor& positions,
                   const std::vector<torch::Tensor>& caches, const torch::Tensor& cache_index,
                   const torch::Tensor& want, torch::Tensor& logits, c10::IntArrayRef geometry) {
   TORCH_CHECK_VALUE(!weights.empty(), "det-infer: no weights");
   const torch::Device dev = weights[0].device();
-  Assembled a = assemble(weights, cfg, eps, inv_freq, dev);
+  Assembled a = assemble(weights, scales, cfg, eps, inv_freq, dev);
   HostProgram h = host_program(cache_views(a.model, caches, dev));
   const int64_t n = tokens.numel();
   TORCH_CHECK_VALUE(positions.numel() == n && cache_index.numel() == n && want.numel() == n,
@@ -157,7 +157,7 @@ void mega_forward(const std::vector<torch::Tensor>& weights, c10::IntArrayRef cf
   run(a, dev, h, prog, parse_geometry(geometry));
 }
 
-void mega_generate(const std::vector<torch::Tensor>& weights, c10::IntArrayRef cfg, double eps,
+void mega_generate(const std::vector<torch::Tensor>& weights, const std::vector<torch::Tensor>& scales, c10::IntArrayRef cfg, double eps,
                    const torch::Tensor& inv_freq, const torch::Tensor& prompts, const torch::Tensor& prompt_offsets,
                    const torch::Tensor& start_positions, const std::vector<torch::Tensor>& caches, int64_t max_new,
                    const torch::Tensor& stop_ids, const torch::Tensor& sample_f, const torch::Tensor& sample_i,
@@ -165,7 +165,7 @@ void mega_generate(const std::vector<torch::Tensor>& weights, c10::IntArrayRef c
                    c10::IntArrayRef geometry) {
   TORCH_CHECK_VALUE(!weights.empty(), "det-infer: no weights");
   const torch::Device dev = weights[0].device();
-  Assembled a = assemble(weights, cfg, eps, inv_freq, dev);
+  Assembled a = assemble(weights, scales, cfg, eps, inv_freq, dev);
   HostProgram h = host_program(cache_views(a.model, caches, dev));
   const int64_t B = (int64_t)h.seqs.size();
   TORCH_CHECK_VALUE(B >= 1 && B <= DET_MK_ROWS_MAX, "det-infer: the megakernel generates for 1..", DET_MK_ROWS_MAX,
@@ -204,11 +204,11 @@ void mega_generate(const std::vector<torch::Tensor>& weights, c10::IntArrayRef c
 
 void register_megakernel_ops(torch::Library& ops) {
   // mak_forward through the megakernel (CUDA tensors) or its host emulation (CPU tensors).
-  ops.def("mega_forward(Tensor[] weights, int[] cfg, float eps, Tensor inv_freq, Tensor tokens, Tensor positions, "
+  ops.def("mega_forward(Tensor[] weights, Tensor[] scales, int[] cfg, float eps, Tensor inv_freq, Tensor tokens, Tensor positions, "
           "Tensor(a!)[] caches, Tensor cache_index, Tensor want, Tensor! logits, int[] geometry) -> ()");
   ops.impl("mega_forward", c10::DispatchKey::CompositeExplicitAutograd, &mega_forward);
   // mak_generate as one megakernel launch (or its host emulation).
-  ops.def("mega_generate(Tensor[] weights, int[] cfg, float eps, Tensor inv_freq, Tensor prompts, "
+  ops.def("mega_generate(Tensor[] weights, Tensor[] scales, int[] cfg, float eps, Tensor inv_freq, Tensor prompts, "
           "Tensor prompt_offsets, Tensor start_positions, Tensor(a!)[] caches, int max_new, Tensor stop_ids, "
           "Tensor sample_f, Tensor sample_i, Tensor! out_tokens, Tensor! out_lengths, Tensor! step_logits, "
           "int[] geometry) -> ()");

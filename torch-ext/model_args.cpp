@@ -1,6 +1,9 @@
 // model_args.cpp: see model_args.h.
 #include "model_args.h"
 
+#include <map>
+#include <mutex>
+
 namespace {
 
 const uint16_t* bf16_ptr(const torch::Tensor& t, std::vector<int64_t> shape, const std::string& what,
@@ -14,10 +17,55 @@ const uint16_t* bf16_ptr(const torch::Tensor& t, std::vector<int64_t> shape, con
   return reinterpret_cast<const uint16_t*>(t.data_ptr());
 }
 
+// The nf4 codebook (contract/det_nf4.h) as 16 floats on `device`, made once per device.
+const float* nf4_code(const torch::Device& device) {
+  static std::mutex mu;
+  static std::map<std::string, torch::Tensor> tables;
+  std::lock_guard<std::mutex> lock(mu);
+  torch::Tensor& t = tables[device.str()];
+  if (!t.defined()) {
+    static const uint32_t bits[16] = DET_NF4_CODE_BITS;
+    torch::Tensor host = torch::empty({16}, torch::kInt32);
+    memcpy(host.data_ptr(), bits, sizeof bits);
+    t = host.view(torch::kFloat32).to(device);
+  }
+  return t.data_ptr<float>();
+}
+
 }  // namespace
 
-Assembled assemble(const std::vector<torch::Tensor>& w, c10::IntArrayRef cfg, double eps,
-                   const torch::Tensor& inv_freq, const torch::Device& device) {
+det_matrix matrix_view(const torch::Tensor& w, const torch::Tensor& absmax, int64_t rows, int64_t cols,
+                       const std::string& what, const torch::Device& device) {
+  det_matrix m{};
+  if (!absmax.defined() || absmax.numel() == 0) {
+    m.bf16 = bf16_ptr(w, {rows, cols}, what, device);
+    return m;
+  }
+  const int64_t n = rows * cols;
+  TORCH_CHECK_TYPE(w.scalar_type() == torch::kUInt8 && absmax.scalar_type() == torch::kFloat32,
+                   "det-infer: nf4 ", what, " must be uint8 codes with float32 absmax, got ", w.scalar_type(),
+                   " and ", absmax.scalar_type());
+  TORCH_CHECK_VALUE(w.device() == device && absmax.device() == device && w.is_contiguous() && absmax.is_contiguous(),
+                    "det-infer: nf4 ", what, " and its absmax must be contiguous tensors on ", device);
+  TORCH_CHECK_VALUE(cols % 2 == 0 && w.numel() == n / 2 && absmax.dim() == 1,
+                    "det-infer: nf4 ", what, " of shape (", rows, ", ", cols, ") needs an even row length and ",
+                    n / 2, " code bytes, got ", w.numel());
+  // The block length is the power of two 2^s >= 8 with ceil(n / 2^s) == absmax.numel() (unique
+  // when there are two or more blocks; with one block any 2^s >= n reads the same absmax).
+  int64_t shift = DET_NF4_MIN_BLOCK_SHIFT;
+  while (shift < DET_NF4_MAX_BLOCK_SHIFT && ((n - 1) >> shift) + 1 > absmax.numel()) ++shift;
+  TORCH_CHECK_VALUE(((n - 1) >> shift) + 1 == absmax.numel(), "det-infer: nf4 ", what, " has ", absmax.numel(),
+                    " absmax values for ", n, " elements; blocks must be powers of two from ",
+                    1 << DET_NF4_MIN_BLOCK_SHIFT, " to ", 1 << DET_NF4_MAX_BLOCK_SHIFT, " elements");
+  m.nf4 = w.data_ptr<uint8_t>();
+  m.absmax = absmax.data_ptr<float>();
+  m.code = nf4_code(device);
+  m.block_shift = shift;
+  return m;
+}
+
+Assembled assemble(const std::vector<torch::Tensor>& w, const std::vector<torch::Tensor>& scales,
+                   c10::IntArrayRef cfg, double eps, const torch::Tensor& inv_freq, const torch::Device& device) {
   TORCH_CHECK_VALUE(cfg.size() == CFG_COUNT, "det-infer: cfg has ", cfg.size(), " fields, expected ", CFG_COUNT);
   for (int i = 0; i < CFG_COUNT; ++i)
     TORCH_CHECK_VALUE(cfg[i] >= 0, "det-infer: cfg field ", i, " is negative");
@@ -38,6 +86,14 @@ Assembled assemble(const std::vector<torch::Tensor>& w, c10::IntArrayRef cfg, do
   TORCH_CHECK_TYPE(inv_freq.scalar_type() == torch::kFloat64 && inv_freq.is_contiguous() &&
                        inv_freq.numel() == m.rope_pairs && inv_freq.device() == device,
                    "det-infer: inv_freq must be contiguous float64 with ", m.rope_pairs, " entries on ", device);
+  TORCH_CHECK_VALUE(scales.empty() || scales.size() == w.size(), "det-infer: got ", scales.size(),
+                    " scale tensors for ", w.size(), " weights (expected none or one per weight)");
+  auto matrix = [&](size_t i, int64_t rows, int64_t cols, const std::string& what) {
+    return matrix_view(w[i], scales.empty() ? torch::Tensor() : scales[i], rows, cols, what, device);
+  };
+  for (size_t i = 0; i < scales.size(); ++i)
+    TORCH_CHECK_VALUE(scales[i].numel() == 0 || w[i].scalar_type() == torch::kUInt8,
+                      "det-infer: weight ", i, " has a scale tensor but is not uint8 nf4 codes");
   m.inv_freq = inv_freq.data_ptr<double>();
   const int64_t H = m.hidden, D = m.head_dim, QD = m.n_heads * D, KVD = m.n_kv_heads * D, I = m.inter;
   m.embed = bf16_ptr(w[0], {m.vocab, H}, "embed_tokens", device);
@@ -49,16 +105,16 @@ Assembled assemble(const std::vector<torch::Tensor>& w, c10::IntArrayRef cfg, do
     std::string p = "layers." + std::to_string(l) + ".";
     det_llama_layer& L = a.layers[l];
     L.attn_norm = bf16_ptr(w[i++], {H}, p + "input_layernorm", device);
-    L.wq = bf16_ptr(w[i++], {QD, H}, p + "q_proj", device);
-    L.wk = bf16_ptr(w[i++], {KVD, H}, p + "k_proj", device);
-    L.wv = bf16_ptr(w[i++], {KVD, H}, p + "v_proj", device);
-    L.wo = bf16_ptr(w[i++], {H, QD}, p + "o_proj", device);
+    L.wq = matrix(i, QD, H, p + "q_proj"), ++i;
+    L.wk = matrix(i, KVD, H, p + "k_proj"), ++i;
+    L.wv = matrix(i, KVD, H, p + "v_proj"), ++i;
+    L.wo = matrix(i, H, QD, p + "o_proj"), ++i;
     L.q_norm = qk ? bf16_ptr(w[i++], {D}, p + "q_norm", device) : nullptr;
     L.k_norm = qk ? bf16_ptr(w[i++], {D}, p + "k_norm", device) : nullptr;
     L.mlp_norm = bf16_ptr(w[i++], {H}, p + "post_attention_layernorm", device);
-    L.w_gate = bf16_ptr(w[i++], {I, H}, p + "gate_proj", device);
-    L.w_up = bf16_ptr(w[i++], {I, H}, p + "up_proj", device);
-    L.w_down = bf16_ptr(w[i++], {H, I}, p + "down_proj", device);
+    L.w_gate = matrix(i, I, H, p + "gate_proj"), ++i;
+    L.w_up = matrix(i, I, H, p + "up_proj"), ++i;
+    L.w_down = matrix(i, H, I, p + "down_proj"), ++i;
   }
   m.layers = a.layers.data();
   return a;

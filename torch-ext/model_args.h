@@ -22,9 +22,16 @@ struct Assembled {
   std::vector<det_llama_layer> layers;  // model.layers points here
 };
 
-// The model from its tensors; every weight and inv_freq must live on `device`.
-Assembled assemble(const std::vector<torch::Tensor>& w, c10::IntArrayRef cfg, double eps,
-                   const torch::Tensor& inv_freq, const torch::Device& device);
+// The model from its tensors; every weight and inv_freq must live on `device`. scales is empty
+// (every projection dense bf16) or parallel to w: an empty tensor for a dense weight, the fp32
+// absmax for an nf4 projection (w[i] then holds its uint8 codes; the block length is the power of
+// two that gives absmax.numel() blocks, the last one possibly partial).
+Assembled assemble(const std::vector<torch::Tensor>& w, const std::vector<torch::Tensor>& scales,
+                   c10::IntArrayRef cfg, double eps, const torch::Tensor& inv_freq, const torch::Device& device);
+
+// One projection: dense bf16 (absmax undefined or empty) or nf4 codes with their absmax.
+det_matrix matrix_view(const torch::Tensor& w, const torch::Tensor& absmax, int64_t rows, int64_t cols,
+                       const std::string& what, const torch::Device& device);
 
 // Views of (2, layers, capacity, kv_heads*head_dim) float32 KV-cache tensors on `device`.
 std::vector<det_kv_cache> cache_views(const det_llama_model& m, const std::vector<torch::Tensor>& caches,

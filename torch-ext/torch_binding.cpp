@@ -7,7 +7,9 @@
 #include "../contract/det_unary.h"
 #include "../det_infer_cpu/det_kernels_cpu.h"
 #include "../det_infer_cpu/det_math_cpu.h"
+#include "../det_infer_cpu/det_fpenv.h"
 #include "../det_infer_cpu/det_parallel.h"
+#include "model_args.h"
 #include "registration.h"
 #include "torch_binding.h"
 #if defined(CUDA_KERNEL)
@@ -153,19 +155,54 @@ void act_engine(torch::Tensor& out, const torch::Tensor& x, const std::string& f
   }
 }
 
-std::string gemv_engine(torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& x) {
-  check_dense(w, "w", torch::kBFloat16);
+// w: bf16 (N, K), or nf4 uint8 codes (N, K/2) with absmax (its fp32 block scales).
+std::string gemv_engine(torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& x,
+                        const c10::optional<torch::Tensor>& absmax) {
   check_dense(x, "x", torch::kFloat32);
   check_dense(out, "out", torch::kFloat32);
+  const bool nf4 = absmax.has_value() && absmax->numel() > 0;
   TORCH_CHECK_VALUE(w.is_cpu() && x.is_cpu() && out.is_cpu() && w.dim() == 2 && x.dim() == 2 && out.dim() == 2,
-                    "det-infer: gemv_engine takes CPU w (N, K), x (B, K), out (B, N)");
-  const int64_t N = w.size(0), K = w.size(1), B = x.size(0);
-  TORCH_CHECK_VALUE(x.size(1) == K && out.size(0) == B && out.size(1) == N, "det-infer: gemv_engine shape mismatch");
-  const uint16_t* wp = reinterpret_cast<const uint16_t*>(w.data_ptr());
+                    "det-infer: gemv_engine takes CPU w (N, K) or nf4 codes (N, K/2), x (B, K), out (B, N)");
+  const int64_t N = w.size(0), K = x.size(1), B = x.size(0);
+  TORCH_CHECK_VALUE(w.size(1) == (nf4 ? K / 2 : K) && out.size(0) == B && out.size(1) == N,
+                    "det-infer: gemv_engine shape mismatch");
+  const det_matrix W = matrix_view(w, nf4 ? *absmax : torch::Tensor(), N, K, "w", torch::kCPU);
   const float* xp = x.data_ptr<float>();
   float* yp = out.data_ptr<float>();
-  det_parallel_chunks(N, [&](int64_t r0, int64_t r1) { det_gemv_rows(wp, K, xp, B, yp, N, r0, r1); });
-  return det_gemv_impl_name(K);
+  det_fpenv_guard env;
+  det_parallel_chunks(N, [&](int64_t r0, int64_t r1) { det_gemv_rows(W, K, xp, B, yp, N, r0, r1); });
+  return det_gemv_impl_name(W, K);
+}
+
+// The contract's nf4 codebook (contract/det_nf4.h), 16 float32 values.
+torch::Tensor nf4_codebook() {
+  static const uint32_t bits[16] = DET_NF4_CODE_BITS;
+  torch::Tensor t = torch::empty({16}, torch::kInt32);
+  memcpy(t.data_ptr(), bits, sizeof bits);
+  return t.view(torch::kFloat32);
+}
+
+// Nested absmax resolved by det_nf4_nested_absmax_f32: q2 uint8 (n,), code2 float32 (256,),
+// absmax2 float32 (ceil(n / nested_block),).
+torch::Tensor nf4_nested_absmax(const torch::Tensor& q2, const torch::Tensor& code2, const torch::Tensor& absmax2,
+                                int64_t nested_block, double offset) {
+  check_dense(q2, "q2", torch::kUInt8);
+  check_dense(code2, "code2", torch::kFloat32);
+  check_dense(absmax2, "absmax2", torch::kFloat32);
+  const int64_t n = q2.numel();
+  TORCH_CHECK_VALUE(q2.is_cpu() && code2.is_cpu() && absmax2.is_cpu(), "det-infer: nf4_nested_absmax takes CPU tensors");
+  TORCH_CHECK_VALUE(code2.numel() == 256, "det-infer: the nested codebook must have 256 entries, got ", code2.numel());
+  TORCH_CHECK_VALUE(nested_block >= 1 && absmax2.numel() == (n + nested_block - 1) / nested_block,
+                    "det-infer: ", n, " nested codes in blocks of ", nested_block, " need ",
+                    nested_block >= 1 ? (n + nested_block - 1) / nested_block : 0, " nested absmax values, got ",
+                    absmax2.numel());
+  torch::Tensor out = torch::empty({n}, torch::kFloat32);
+  const uint8_t* q = q2.data_ptr<uint8_t>();
+  const float *c = code2.data_ptr<float>(), *a = absmax2.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  det_fpenv_guard env;
+  for (int64_t i = 0; i < n; ++i) o[i] = det_nf4_nested_absmax_f32(c[q[i]], a[i / nested_block], (float)offset);
+  return out;
 }
 
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
@@ -191,8 +228,9 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // true when a native call runs under the IEEE FP environment it installs
   ops.def("fpenv_probe() -> bool");
   ops.impl("fpenv_probe", c10::DispatchKey::CompositeExplicitAutograd, &fpenv_probe);
-  // out (B, N) = x (B, K) times w (N, K)^T with the engine's GEMV; returns the version used
-  ops.def("gemv_engine(Tensor! out, Tensor w, Tensor x) -> str");
+  // out (B, N) = x (B, K) times w (N, K)^T with the engine's GEMV (w bf16, or nf4 codes with
+  // their absmax); returns the version used
+  ops.def("gemv_engine(Tensor! out, Tensor w, Tensor x, Tensor? absmax=None) -> str");
   ops.impl("gemv_engine", torch::kCPU, &gemv_engine);
   // cap the engine's kernels at an ISA level (0 ref, 1 avx2; above the CPU's = the CPU's)
   ops.def("isa_cap(int level) -> ()");
@@ -200,6 +238,11 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // the engine's vectorized exp(x) or silu(x) (for tests against unary_f32)
   ops.def("act_engine(Tensor! out, Tensor x, str fn) -> ()");
   ops.impl("act_engine", torch::kCPU, &act_engine);
+  // the contract's nf4 codebook, and nested absmax resolution (contract/det_nf4.h)
+  ops.def("nf4_codebook() -> Tensor");
+  ops.impl("nf4_codebook", c10::DispatchKey::CompositeExplicitAutograd, &nf4_codebook);
+  ops.def("nf4_nested_absmax(Tensor q2, Tensor code2, Tensor absmax2, int nested_block, float offset) -> Tensor");
+  ops.impl("nf4_nested_absmax", torch::kCPU, &nf4_nested_absmax);
   register_llama_ops(ops);
   register_megakernel_ops(ops);
 }

@@ -13,7 +13,8 @@ int64_t argmax_f32(const torch::Tensor& x);
 bool fpenv_probe();
 void isa_cap(int64_t level);
 void act_engine(torch::Tensor& out, const torch::Tensor& x, const std::string& fn);
-std::string gemv_engine(torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& x);
+std::string gemv_engine(torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& x,
+                        const c10::optional<torch::Tensor>& absmax);
 
 // llama_binding.cpp: the llama-family engine's ops, registered into the same library.
 void register_llama_ops(torch::Library& ops);

@@ -1,7 +1,8 @@
 // emulation_harness.cpp: the megakernel under host SIMT emulation against the CPU engine, torch-free,
 // built with AddressSanitizer and UBSan by tests/test_emulation_sanitized.py: every out-of-bounds
 // access of the device code (or the engine) on the way is reported. Small llama-family models with
-// seeded bf16 weights (with and without qk-norm, with a sliding window), several programs (two
+// seeded bf16 weights (with and without qk-norm, with a sliding window; projections dense or nf4-packed
+// in exactly sized buffers, blocks of 16 and of 8), several programs (two
 // sequences interleaved, a prefill crossing a 128-position chunk, generation with a stop id) and
 // several geometries, greedy and sampled; every emulated result must equal the engine's bit for bit.
 // Prints "ok <cases>" or the first mismatch, and exits non-zero on a mismatch.
@@ -34,13 +35,32 @@ struct Model {
   std::vector<det_llama_layer> layers;
   std::vector<std::vector<uint16_t>> store;
   std::vector<double> inv_freq;
+  std::vector<std::vector<uint8_t>> codes;  // nf4 projections: codes and absmax, each exactly sized
+  std::vector<std::vector<float>> scales;
+  float code[16];
+  int nf4_shift;  // 0: dense bf16 projections
 
   const uint16_t* tensor(size_t n, float scale, float offset = 0.0f) {
     store.emplace_back(n);
     for (auto& w : store.back()) w = weight(scale, offset);
     return store.back().data();
   }
-  Model(bool qk_norm, int64_t window) {
+  det_matrix matrix(size_t n, float scale) {
+    det_matrix w{};
+    if (!nf4_shift) {
+      w.bf16 = tensor(n, scale);
+      return w;
+    }
+    codes.emplace_back(n / 2);
+    for (auto& c : codes.back()) c = (uint8_t)next_u32();
+    scales.emplace_back(((n - 1) >> nf4_shift) + 1);
+    for (auto& a : scales.back()) a = scale * (0.25f + (float)(next_u32() >> 8) / 16777216.0f);
+    w.nf4 = codes.back().data(), w.absmax = scales.back().data(), w.code = code, w.block_shift = nf4_shift;
+    return w;
+  }
+  Model(bool qk_norm, int64_t window, int nf4_block_shift = 0) : nf4_shift(nf4_block_shift) {
+    const uint32_t code_bits[16] = DET_NF4_CODE_BITS;
+    memcpy(code, code_bits, sizeof code);
     m.hidden = 64, m.n_layers = 2, m.n_heads = 4, m.n_kv_heads = 2, m.head_dim = 24, m.inter = 96, m.vocab = 300;
     m.rope_pairs = 12, m.sliding_window = window, m.rms_eps = 1e-5f;
     const int64_t H = m.hidden, QD = m.n_heads * m.head_dim, KVD = m.n_kv_heads * m.head_dim, I = m.inter;
@@ -53,16 +73,16 @@ struct Model {
     for (int64_t l = 0; l < m.n_layers; ++l) {
       det_llama_layer L{};
       L.attn_norm = tensor(H, 0.2f, 1.0f);
-      L.wq = tensor(QD * H, 0.3f);
-      L.wk = tensor(KVD * H, 0.3f);
-      L.wv = tensor(KVD * H, 0.3f);
-      L.wo = tensor(H * QD, 0.3f);
+      L.wq = matrix(QD * H, 0.3f);
+      L.wk = matrix(KVD * H, 0.3f);
+      L.wv = matrix(KVD * H, 0.3f);
+      L.wo = matrix(H * QD, 0.3f);
       L.q_norm = qk_norm ? tensor(m.head_dim, 0.2f, 1.0f) : nullptr;
       L.k_norm = qk_norm ? tensor(m.head_dim, 0.2f, 1.0f) : nullptr;
       L.mlp_norm = tensor(H, 0.2f, 1.0f);
-      L.w_gate = tensor(I * H, 0.3f);
-      L.w_up = tensor(I * H, 0.3f);
-      L.w_down = tensor(H * I, 0.3f);
+      L.w_gate = matrix(I * H, 0.3f);
+      L.w_up = matrix(I * H, 0.3f);
+      L.w_down = matrix(H * I, 0.3f);
       layers.push_back(L);
     }
     m.layers = layers.data();
@@ -197,8 +217,8 @@ void generate_case(const Model& M, const det_mk_geometry& g) {
 
 int main() {
   const det_mk_geometry geometries[] = {{1, 1, 2, 1, 0}, {2, 2, 4, 4, 3}, {3, 1, 2, 16, 7}, {5, 2, 4, 2, 9}};
-  for (int variant = 0; variant < 2; ++variant) {
-    Model M(variant == 1, variant == 1 ? 40 : 0);
+  for (int variant = 0; variant < 4; ++variant) {
+    Model M(variant % 2 == 1, variant % 2 == 1 ? 40 : 0, variant < 2 ? 0 : variant == 2 ? 4 : 3);
     for (const det_mk_geometry& g : geometries) {
       forward_case(M, g);
       generate_case(M, g);

@@ -66,11 +66,12 @@ int main(int argc, char** argv) {
   for (int64_t l = 0; l < m.n_layers; ++l) {
     size_t i = head + l * per_layer;
     det_llama_layer& L = layers[l];
-    L.attn_norm = t[i++].data(), L.wq = t[i++].data(), L.wk = t[i++].data(), L.wv = t[i++].data();
-    L.wo = t[i++].data();
+    L.attn_norm = t[i++].data(), L.wq.bf16 = t[i++].data(), L.wk.bf16 = t[i++].data(), L.wv.bf16 = t[i++].data();
+    L.wo.bf16 = t[i++].data();
     L.q_norm = qk ? t[i++].data() : nullptr;
     L.k_norm = qk ? t[i++].data() : nullptr;
-    L.mlp_norm = t[i++].data(), L.w_gate = t[i++].data(), L.w_up = t[i++].data(), L.w_down = t[i++].data();
+    L.mlp_norm = t[i++].data(), L.w_gate.bf16 = t[i++].data(), L.w_up.bf16 = t[i++].data();
+    L.w_down.bf16 = t[i++].data();
   }
   m.layers = layers.data();
   const std::vector<int32_t> teacher = read_array<int32_t>(read_i64()), prompt = read_array<int32_t>(read_i64());

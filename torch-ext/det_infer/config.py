@@ -6,7 +6,7 @@ enum expects, torch-ext/llama_binding.cpp).
 """
 from dataclasses import dataclass, field
 
-from . import rope
+from . import bnb_io, rope
 
 # architecture name in config.json -> the family name used here
 SUPPORTED_ARCHITECTURES = {
@@ -65,6 +65,7 @@ class ModelConfig:
     rope_parameters: dict = field(hash=False)
     eos_token_ids: tuple = ()
     bos_token_id: int = None
+    quantization: str = None  # "nf4": bitsandbytes 4-bit projections (bnb_io.py); None: dense
 
     @staticmethod
     def from_dict(d: dict) -> "ModelConfig":
@@ -80,10 +81,7 @@ class ModelConfig:
         act = d.get("hidden_act", "silu")
         if act != "silu":
             raise ValueError(f"det-infer: config field 'hidden_act' = {act!r} is not supported (only 'silu')")
-        if d.get("quantization_config"):
-            method = d["quantization_config"].get("quant_method", "?") if isinstance(d["quantization_config"], dict) else "?"
-            raise ValueError(f"det-infer: config field 'quantization_config' ({method}) is not supported yet; "
-                             "load a bf16/fp16/fp32 checkpoint")
+        quantization = bnb_io.check_config(d["quantization_config"]) if d.get("quantization_config") else None
         _flag_off(d, "attention_bias", "no attention biases")
         _flag_off(d, "mlp_bias", "no MLP biases")
         if d.get("pretraining_tp", 1) not in (1, None):
@@ -115,7 +113,8 @@ class ModelConfig:
             rms_norm_eps=float(eps), tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
             qk_norm=family == "qwen3", sliding_window=window,
             max_position_embeddings=_int(d, "max_position_embeddings", 4096),
-            rope_parameters=params, eos_token_ids=eos, bos_token_id=d.get("bos_token_id"))
+            rope_parameters=params, eos_token_ids=eos, bos_token_id=d.get("bos_token_id"),
+            quantization=quantization)
         cfg.inv_freq()  # validates the rope settings now, with the config's error messages
         return cfg
 

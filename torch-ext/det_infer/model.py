@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from . import names, safetensors_io
+from . import bnb_io, names, safetensors_io
 from ._ops import ops
 from .config import ModelConfig
 
@@ -146,13 +146,19 @@ class MegaModel:
         self.device, self.executor = _resolve_device(device, executor)
         self.geometry = _resolve_geometry(self.executor, geometry)
         self.config = config
-        weights = names.select_llama_weights(config, tensors)
+        tensors, packed = bnb_io.unpack(tensors, names.projection_shapes(config))
+        if packed and config.quantization != "nf4":
+            raise ValueError("det-infer: the checkpoint holds nf4-quantized tensors but config.json has no "
+                             "bitsandbytes quantization_config")
+        weights, scales = names.select_llama_weights(config, tensors, packed)
         self._inv_freq = config.inv_freq()
         if self.device != "cpu":
-            _check_memory(sum(w.numel() * w.element_size() for w in weights), "the weights", self.device)
+            _check_memory(sum(t.numel() * t.element_size() for t in weights + scales), "the weights", self.device)
             weights = [w.to(self.device) for w in weights]
+            scales = [s.to(self.device) for s in scales]
             self._inv_freq = self._inv_freq.to(self.device)
         self._weights = weights
+        self._scales = scales  # nf4 absmax per weight (empty tensors for dense ones), or [] (names.py)
         self._cfg_ints = config.engine_ints()
         limit = min(config.max_position_embeddings, MAX_POSITIONS)
         self.max_context = min(max_context or DEFAULT_MAX_CONTEXT, limit)
@@ -245,7 +251,7 @@ class MegaModel:
     def _forward(self, tokens, positions, states, cache_index, want):
         n_want = int(sum(want))
         logits = torch.empty((n_want, self.config.vocab_size), dtype=torch.float32, device=self.device)
-        args = (self._weights, self._cfg_ints, self.config.rms_norm_eps, self._inv_freq,
+        args = (self._weights, self._scales, self._cfg_ints, self.config.rms_norm_eps, self._inv_freq,
                 torch.tensor(tokens, dtype=torch.int32), torch.tensor(positions, dtype=torch.int64),
                 [s.cache for s in states], torch.tensor(cache_index, dtype=torch.int64),
                 torch.tensor(want, dtype=torch.uint8), logits)
@@ -423,7 +429,7 @@ class MegaModel:
         out = torch.empty((B, max_new), dtype=torch.int32, device=dev)
         lengths = torch.empty(B, dtype=torch.int64, device=dev)
         step_logits = torch.empty((B, max_new, V) if return_logits else (0,), dtype=torch.float32, device=dev)
-        args = (self._weights, self._cfg_ints, self.config.rms_norm_eps, self._inv_freq,
+        args = (self._weights, self._scales, self._cfg_ints, self.config.rms_norm_eps, self._inv_freq,
                 torch.tensor([t for p in prompts for t in p], dtype=torch.int32),
                 torch.tensor(offsets, dtype=torch.int64), torch.zeros(B, dtype=torch.int64),
                 [s.cache for s in states], max_new, self._stop_ids(stop_on_eos, stop_ids), sample_f, sample_i,

@@ -45,9 +45,31 @@ def to_bf16(name, t):
     raise ValueError(f"det-infer: tensor {name!r} has dtype {t.dtype}; weights must be bf16, fp16 or fp32")
 
 
-def select_llama_weights(cfg, tensors):
-    """The engine's weight list from a {name: tensor} checkpoint; errors list missing, unexpected
-    and misshapen tensors by name."""
+def _shapes(cfg):
+    H, D, I, V = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size, cfg.vocab_size
+    QD, KVD = cfg.num_attention_heads * D, cfg.num_key_value_heads * D
+    return {"embed_tokens": (V, H), "model.norm": (H,), "lm_head": (V, H), "input_layernorm": (H,),
+            "q_proj": (QD, H), "k_proj": (KVD, H), "v_proj": (KVD, H), "o_proj": (H, QD),
+            "q_norm": (D,), "k_norm": (D,), "post_attention_layernorm": (H,), "gate_proj": (I, H),
+            "up_proj": (I, H), "down_proj": (H, I)}
+
+
+def _shape_of(shapes, name):
+    return shapes[next(k for k in shapes if k in name)]
+
+
+def projection_shapes(cfg):
+    """{name: (rows, cols)} of the per-layer projections (the weights that may be nf4-packed)."""
+    shapes = _shapes(cfg)
+    return {n: _shape_of(shapes, n) for n in llama_tensor_names(cfg) if n.endswith("_proj.weight")}
+
+
+def select_llama_weights(cfg, tensors, scales=None):
+    """(weights, scales): the engine's weight list from a {name: tensor} checkpoint, and the
+    parallel list of nf4 absmax tensors (an empty tensor for a dense weight; [] when nothing is
+    packed). scales: {name: fp32 absmax} of the nf4 projections, whose tensors hold their codes as
+    (rows, cols/2) uint8 (bnb_io.py). Errors list missing, unexpected and misshapen tensors by name."""
+    scales = scales or {}
     needed = llama_tensor_names(cfg)
     present = set(tensors)
     missing = [n for n in needed if n not in present]
@@ -58,17 +80,19 @@ def select_llama_weights(cfg, tensors):
         raise ValueError(f"det-infer: checkpoint lacks {len(missing)} tensors the config needs, e.g. {missing[:5]}")
     if unused:
         raise ValueError(f"det-infer: checkpoint has {len(unused)} tensors this model does not use, e.g. {unused[:5]}")
-    H, D, I, V = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size, cfg.vocab_size
-    QD, KVD = cfg.num_attention_heads * D, cfg.num_key_value_heads * D
-    shapes = {"embed_tokens": (V, H), "model.norm": (H,), "lm_head": (V, H), "input_layernorm": (H,),
-              "q_proj": (QD, H), "k_proj": (KVD, H), "v_proj": (KVD, H), "o_proj": (H, QD),
-              "q_norm": (D,), "k_norm": (D,), "post_attention_layernorm": (H,), "gate_proj": (I, H),
-              "up_proj": (I, H), "down_proj": (H, I)}
-    out = []
+    shapes = _shapes(cfg)
+    weights, absmax = [], []
     for name in needed:
         t = tensors[name]
-        key = next(k for k in shapes if k in name)
-        if tuple(t.shape) != shapes[key]:
-            raise ValueError(f"det-infer: tensor {name!r} has shape {tuple(t.shape)}, expected {shapes[key]}")
-        out.append(to_bf16(name, t).contiguous())
-    return out
+        want = _shape_of(shapes, name)
+        if name in scales:
+            want = (want[0], want[1] // 2)
+        if tuple(t.shape) != want:
+            raise ValueError(f"det-infer: tensor {name!r} has shape {tuple(t.shape)}, expected {want}")
+        if name in scales:
+            weights.append(t.contiguous())
+            absmax.append(scales[name])
+        else:
+            weights.append(to_bf16(name, t).contiguous())
+            absmax.append(torch.empty(0, dtype=torch.float32))
+    return weights, (absmax if scales else [])
