@@ -18,8 +18,10 @@ int g_isa_cap = -1;                 // highest level allowed; -1: read DET_INFER
 
 int hardware_isa() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const int isa =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? DET_ISA_AVX2 : DET_ISA_REF;
+  static const int isa = !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? DET_ISA_REF
+                         : __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                                 __builtin_cpu_supports("avx512dq") ? DET_ISA_AVX512
+                                                                                                   : DET_ISA_AVX2;
   return isa;
 #else
   return DET_ISA_REF;
@@ -44,7 +46,8 @@ DET_CPU_CLONES void exp_sub_ref(const float* s, float m, float* e, int64_t n) {
 int det_cpu_isa() {
   if (g_isa_cap < 0) {
     const char* e = getenv("DET_INFER_GEMV");
-    g_isa_cap = (e && strcmp(e, "ref") == 0) ? DET_ISA_REF : DET_ISA_AVX2;
+    g_isa_cap = !e ? DET_ISA_AVX512 : strcmp(e, "ref") == 0 ? DET_ISA_REF : strcmp(e, "avx2") == 0 ? DET_ISA_AVX2
+                                                                                                  : DET_ISA_AVX512;
   }
   return std::min(hardware_isa(), g_isa_cap);
 }
@@ -85,9 +88,9 @@ void det_gemv_rows(const det_matrix& W, int64_t K, const float* X, int64_t B, fl
   }
 }
 
-const char* det_gemv_impl_name(const det_matrix& W, int64_t K) {
-  static const char* const names[] = {"ref", "avx2"};
-  return names[gemv_isa(W, K)];
+const char* det_gemv_impl_name(const det_matrix& W, int64_t K, int64_t B) {
+  if (gemv_isa(W, K) == DET_ISA_REF) return "ref";
+  return det_cpu_isa() >= DET_ISA_AVX512 && (!W.bf16 || B == 1) ? "avx512" : "avx2";
 }
 
 float det_dot_f32(const float* a, const float* b, int64_t K) {

@@ -7,10 +7,13 @@
 
 #include "../contract/det_nf4.h"
 
-// ISA levels. The level used is the CPU's, capped by DET_INFER_GEMV=ref in the environment or by
-// det_set_isa_cap (for tests and A/B runs). (An AVX-512 tile kernel was measured on a Zen 4 EPYC,
-// which executes 512-bit fma as two 256-bit halves: no faster than AVX2, so it was dropped.)
-enum { DET_ISA_REF = 0, DET_ISA_AVX2 = 1 };
+// ISA levels. The level used is the CPU's, capped by DET_INFER_GEMV=ref|avx2 in the environment or
+// by det_set_isa_cap (for tests and A/B runs). AVX-512 (F, BW, VL, DQ) runs the batch-1 GEMV (16
+// leaf registers in natural order, nf4 decoded in registers) and the nf4 row decoder of the
+// batched GEMV (one vpermw per 16 codes); batched GEMVs stay AVX2. (An AVX-512 tile kernel was measured on a
+// Zen 4 EPYC, which executes 512-bit fma as two 256-bit halves: no faster than AVX2, so it was
+// dropped.)
+enum { DET_ISA_REF = 0, DET_ISA_AVX2 = 1, DET_ISA_AVX512 = 2 };
 int det_cpu_isa();
 void det_set_isa_cap(int level);
 
@@ -18,8 +21,9 @@ void det_set_isa_cap(int level);
 // (docs/SPEC.md §9); W dense bf16 or nf4-packed with rows of K (det_nf4.h), X fp32.
 void det_gemv_rows(const det_matrix& W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
                    int64_t r0, int64_t r1);
-// Which version det_gemv_rows uses for W with rows of length K: "ref" or "avx2".
-const char* det_gemv_impl_name(const det_matrix& W, int64_t K);
+// Which version det_gemv_rows uses for W with rows of length K and B inputs: "ref", "avx2", or
+// "avx512" (the batch-1 kernel, or the AVX-512 nf4 row decoder under the AVX2 batched kernel).
+const char* det_gemv_impl_name(const det_matrix& W, int64_t K, int64_t B);
 // Canonical dot of two fp32 vectors (attention scores).
 float det_dot_f32(const float* a, const float* b, int64_t K);
 // out[i] = fl(silu(gate[i]) * up[i])
@@ -36,6 +40,12 @@ void det_gemv_rows_ref(const det_matrix& W, int64_t K, const float* X, int64_t B
 void det_gemv_rows_avx2(const det_matrix& W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
                         int64_t r0, int64_t r1);
 float det_dot_f32_avx2(const float* a, const float* b, int64_t K);  // K % 8 == 0
+// x86/det_nf4_decode.cpp: out[0..K) = bf16 bits of the nf4 weights at flat indices i0 .. i0+K
+// (i0 % 16 == 0, K % 16 == 0, blocks of at least 16); AVX-512 at that level, else AVX2.
+void det_nf4_decode_row(const det_matrix& W, int64_t i0, int64_t K, uint16_t* out);
+// x86/det_gemv_b1_avx512.cpp: y[r] = canonical dot(W[r, :], x) for one input, W bf16 or nf4
+// (decoded in registers; blocks of at least 16), K % 16 == 0.
+void det_gemv_rows_b1_avx512(const det_matrix& W, int64_t K, const float* x, float* y, int64_t r0, int64_t r1);
 // AVX2 + FMA (x86/det_act_avx2.cpp)
 void det_silu_mul_avx2(const float* gate, const float* up, float* out, int64_t n);
 void det_exp_sub_avx2(const float* s, float m, float* e, int64_t n);

@@ -1,8 +1,9 @@
 """The megakernel's device code under host SIMT emulation, and the CPU engine, built with
 AddressSanitizer and UndefinedBehaviorSanitizer (tests/native/emulation_harness.cpp, torch-free):
 every program (interleaved sequences, a prefill across a 128-position chunk, generation with and
-without returned logits and a stop id) on four small models (dense and nf4 projections) and four geometries runs clean and
-equals the engine bit for bit. An out-of-bounds access anywhere on the way aborts the run."""
+without returned logits and a stop id) on four small models (dense and nf4 projections) and four
+geometries runs clean and equals the engine bit for bit. An out-of-bounds access anywhere on the way
+aborts the run."""
 import shutil
 import subprocess
 
@@ -11,6 +12,7 @@ from certification import ROOT
 
 SOURCES = ["tests/native/emulation_harness.cpp", "det_infer_cpu/det_llama_cpu.cpp", "det_infer_cpu/det_kernels_cpu.cpp",
            "det_infer_cpu/det_math_cpu.cpp", "det_infer_cpu/x86/det_act_avx2.cpp", "det_infer_cpu/x86/det_gemv_avx2.cpp",
+           "det_infer_cpu/x86/det_gemv_b1_avx512.cpp", "det_infer_cpu/x86/det_nf4_decode.cpp",
            "det_infer_cpu/emu/det_simt_host.cpp", "det_infer_cpu/emu/det_megakernel_emu.cpp",
            "megakernel/det_megakernel_plan.cpp"]
 

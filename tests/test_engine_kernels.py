@@ -16,15 +16,34 @@ def _reference(di, w, x):
     return torch.stack([di.contract.gemv(w, x[b]) for b in range(x.shape[0])])
 
 
+def _has(*flags):
+    cpu = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    return all(f in cpu for f in flags)
+
+
+AVX512 = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
+
+
+def _expected_impl(isa, K, B, dense_ok=True):
+    """The version det_gemv_rows picks at a capped ISA level (see det_kernels_cpu.h)."""
+    if not dense_ok or K % 16:
+        return "ref"
+    if isa == 0:
+        return "ref"
+    if isa == 2 and _has(*AVX512):
+        return "avx512" if B == 1 or dense_ok == "nf4" else "avx2"
+    return "avx2"
+
+
 @pytest.fixture
 def isa(di, request):
-    """Caps the engine at an ISA level for one test (0 ref, 1 avx2), then uncaps it."""
+    """Caps the engine at an ISA level for one test (0 ref, 1 avx2, 2 avx512 nf4 decode), then uncaps it."""
     di.ops.isa_cap(request.param)
     yield request.param
-    di.ops.isa_cap(1)
+    di.ops.isa_cap(2)
 
 
-@pytest.mark.parametrize("isa", [0, 1], indirect=True, ids=["ref", "avx2"])
+@pytest.mark.parametrize("isa", [0, 1, 2], indirect=True, ids=["ref", "avx2", "avx512"])
 @pytest.mark.parametrize("K", [8, 16, 64, 256, 272, 576, 1000, 1536, 2064])
 @pytest.mark.parametrize("B", [1, 2, 3, 4, 5, 7, 16])
 def test_engine_gemv_equals_reference(di, isa, K, B):
@@ -34,7 +53,7 @@ def test_engine_gemv_equals_reference(di, isa, K, B):
     x = torch.from_numpy((rng.standard_normal((B, K)) * 10.0 ** rng.uniform(-2, 2, (B, K))).astype(np.float32))
     out = torch.empty((B, N), dtype=torch.float32)
     impl = di.ops.gemv_engine(out, w, x)
-    assert impl == ("ref", "avx2")[isa] or (impl == "ref" and K % 16)
+    assert impl == _expected_impl(isa, K, B)
     assert torch.equal(out.view(torch.int32), _reference(di, w, x).view(torch.int32)), impl
 
 
@@ -51,7 +70,7 @@ def _nf4_case(rng, N, K, block, codebook):
     return codes.reshape(N, K // 2), absmax, dense
 
 
-@pytest.mark.parametrize("isa", [0, 1], indirect=True, ids=["ref", "avx2"])
+@pytest.mark.parametrize("isa", [0, 1, 2], indirect=True, ids=["ref", "avx2", "avx512"])
 @pytest.mark.parametrize("K,block", [(352, 64), (352, 8), (576, 16), (576, 128), (40, 32), (64, 4096), (2064, 256)])
 @pytest.mark.parametrize("B", [1, 2, 5, 16])
 def test_engine_gemv_nf4_equals_dense(di, isa, K, block, B):
@@ -65,7 +84,7 @@ def test_engine_gemv_nf4_equals_dense(di, isa, K, block, B):
     want, got = torch.empty((B, N)), torch.empty((B, N))
     di.ops.gemv_engine(want, dense, x)
     impl = di.ops.gemv_engine(got, codes, x, absmax)
-    assert impl == ("ref", "avx2")[isa] or (impl == "ref" and (K % 16 or block < 16))
+    assert impl == _expected_impl(isa, K, B, "nf4" if block >= 16 else False)
     assert torch.equal(got.view(torch.int32), want.view(torch.int32)), impl
 
 
@@ -83,19 +102,20 @@ def test_engine_uses_the_isa_paths_here(di):
     if "avx2" not in flags or "fma" not in flags:
         pytest.skip("no AVX2/FMA here")
     impl = lambda K, B: di.ops.gemv_engine(torch.empty((B, 1)), torch.ones(1, K, dtype=torch.bfloat16), torch.ones(B, K))
-    assert impl(576, 1) == "avx2" and impl(576, 4) == "avx2" and impl(584, 1) == "ref"
+    assert impl(576, 1) == ("avx512" if _has(*AVX512) else "avx2") and impl(576, 4) == "avx2" and impl(584, 1) == "ref"
 
 
-@pytest.mark.parametrize("level", ["ref"])
+@pytest.mark.parametrize("level", ["ref", "avx2"])
 def test_capped_isa_gives_the_pinned_digests(level):
-    """DET_INFER_GEMV=ref forces the portable loops in every kernel of the engine: same certificate."""
+    """DET_INFER_GEMV=ref forces the portable loops in every kernel of the engine, =avx2 caps it below
+    the AVX-512 batch-1 GEMV: the same certificate (generation runs the batch-1 path)."""
     env = dict(os.environ, DET_INFER_GEMV=level, LOCAL_KERNELS=f"phanerozoic/det-infer={ROOT / 'build'}")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                         str(ROOT / "tests" / "test_det_infer.py"), "-k",
-                        "teacher_forced_digest and (llama or qwen3 or mistral)"],
+                        "(teacher_forced_digest or generation_digest) and (llama or qwen3 or mistral)"],
                        env=env, capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stdout[-2000:]
-    assert "3 passed" in r.stdout
+    assert "6 passed" in r.stdout
 
 
 @pytest.mark.parametrize("isa", [1], indirect=True, ids=["avx2"])
