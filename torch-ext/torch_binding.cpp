@@ -129,8 +129,8 @@ int64_t argmax_f32(const torch::Tensor& x) {
 bool fpenv_probe() { return det_cpu_fpenv_probe() != 0; }
 
 void isa_cap(int64_t level) {
-  TORCH_CHECK_VALUE(level >= DET_ISA_REF && level <= DET_ISA_AVX2,
-                    "det-infer: ISA level must be 0 (ref) or 1 (avx2), got ", level);
+  TORCH_CHECK_VALUE(level >= DET_ISA_REF && level <= DET_ISA_AVX512,
+                    "det-infer: ISA level must be 0 (ref), 1 (avx2) or 2 (avx512 nf4 decode), got ", level);
   det_set_isa_cap((int)level);
 }
 
@@ -171,7 +171,7 @@ std::string gemv_engine(torch::Tensor& out, const torch::Tensor& w, const torch:
   float* yp = out.data_ptr<float>();
   det_fpenv_guard env;
   det_parallel_chunks(N, [&](int64_t r0, int64_t r1) { det_gemv_rows(W, K, xp, B, yp, N, r0, r1); });
-  return det_gemv_impl_name(W, K);
+  return det_gemv_impl_name(W, K, B);
 }
 
 // The contract's nf4 codebook (contract/det_nf4.h), 16 float32 values.
@@ -232,7 +232,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // their absmax); returns the version used
   ops.def("gemv_engine(Tensor! out, Tensor w, Tensor x, Tensor? absmax=None) -> str");
   ops.impl("gemv_engine", torch::kCPU, &gemv_engine);
-  // cap the engine's kernels at an ISA level (0 ref, 1 avx2; above the CPU's = the CPU's)
+  // cap the engine's kernels at an ISA level (0 ref, 1 avx2, 2 avx512 nf4 decode; above the CPU's = the CPU's)
   ops.def("isa_cap(int level) -> ()");
   ops.impl("isa_cap", c10::DispatchKey::CompositeExplicitAutograd, &isa_cap);
   // the engine's vectorized exp(x) or silu(x) (for tests against unary_f32)
