@@ -51,4 +51,15 @@ enum {
   DET_ERR_ORDER = -4,     // rows of one cache not in increasing position order
 };
 
+// Every layer's projections readable (det_matrix_valid); host code, before any executor runs.
+static inline bool det_llama_matrices_valid(const det_llama_model* m) {
+  for (int64_t l = 0; m->layers && l < m->n_layers; ++l) {
+    const det_llama_layer& L = m->layers[l];
+    const det_matrix* w[] = {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down};
+    for (const det_matrix* x : w)
+      if (!det_matrix_valid(*x)) return false;
+  }
+  return m->layers != nullptr;
+}
+
 #define DET_MAX_POSITION 1000000  // the rope reduction's validated bound (docs/SPEC.md §7.1)

@@ -31,6 +31,13 @@ struct det_matrix {
 #define DET_NF4_MIN_BLOCK_SHIFT 3   // 8 elements: the megakernel's per-lane group never straddles
 #define DET_NF4_MAX_BLOCK_SHIFT 20
 
+// A matrix the executors can read: dense, or nf4 with its scales, codebook and a block in range.
+DET_HD bool det_matrix_valid(const det_matrix& w) {
+  if (w.bf16) return true;
+  return w.nf4 && w.absmax && w.code && w.block_shift >= DET_NF4_MIN_BLOCK_SHIFT &&
+         w.block_shift <= DET_NF4_MAX_BLOCK_SHIFT;
+}
+
 // The 4-bit code of flat element i.
 DET_HD unsigned det_nf4_index(const uint8_t* q, int64_t i) {
   const uint8_t b = q[i >> 1];

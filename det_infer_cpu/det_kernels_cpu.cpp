@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "../contract/det_act.h"
 #include "../contract/det_reduce.h"
@@ -14,7 +15,7 @@
 namespace {
 
 constexpr int64_t kBatchLanes = 4;  // inputs sharing one converted weight row (scheduling only)
-int g_isa_cap = -1;                 // highest level allowed; -1: read DET_INFER_GEMV once
+std::atomic<int> g_isa_cap{-1};     // highest level allowed; -1: read DET_INFER_GEMV once
 
 int hardware_isa() {
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -44,15 +45,17 @@ DET_CPU_CLONES void exp_sub_ref(const float* s, float m, float* e, int64_t n) {
 }  // namespace
 
 int det_cpu_isa() {
-  if (g_isa_cap < 0) {
+  int cap = g_isa_cap.load(std::memory_order_relaxed);
+  if (cap < 0) {
     const char* e = getenv("DET_INFER_GEMV");
-    g_isa_cap = !e ? DET_ISA_AVX512 : strcmp(e, "ref") == 0 ? DET_ISA_REF : strcmp(e, "avx2") == 0 ? DET_ISA_AVX2
-                                                                                                  : DET_ISA_AVX512;
+    cap = !e ? DET_ISA_AVX512 : strcmp(e, "ref") == 0 ? DET_ISA_REF : strcmp(e, "avx2") == 0 ? DET_ISA_AVX2
+                                                                                              : DET_ISA_AVX512;
+    g_isa_cap.store(cap, std::memory_order_relaxed);
   }
-  return std::min(hardware_isa(), g_isa_cap);
+  return std::min(hardware_isa(), cap);
 }
 
-void det_set_isa_cap(int level) { g_isa_cap = level; }
+void det_set_isa_cap(int level) { g_isa_cap.store(level, std::memory_order_relaxed); }
 
 // The literal 256-residue loops; each converted weight row serves kBatchLanes inputs.
 DET_CPU_CLONES void det_gemv_rows_ref(const det_matrix& W, int64_t K, const float* X, int64_t B, float* Y,

@@ -146,7 +146,7 @@ struct Block {
 
 int check_rows(const det_llama_model* m, int64_t n, const int32_t* tokens, const int64_t* positions,
                det_kv_cache* const* caches) {
-  if (!m || !tokens || !positions || !caches || n < 1) return DET_ERR_ARG;
+  if (!m || !tokens || !positions || !caches || n < 1 || !det_llama_matrices_valid(m)) return DET_ERR_ARG;
   std::vector<std::pair<const det_kv_cache*, int64_t>> last;  // each cache's latest position so far
   for (int64_t i = 0; i < n; ++i) {
     if (!caches[i] || !caches[i]->k || !caches[i]->v) return DET_ERR_ARG;

@@ -61,6 +61,9 @@ int det_mk_check_model(const det_llama_model* m, const char** why) {
   if (m->vocab > (int64_t)1 << 30 || m->n_layers < 1 || m->n_heads < 1 || m->n_kv_heads < 1 ||
       m->n_heads % m->n_kv_heads)
     return fail(why, DET_MK_ERR_SHAPE, "inconsistent model shape (heads, kv heads, layers or vocab)");
+  if (!det_llama_matrices_valid(m))
+    return fail(why, DET_MK_ERR_SHAPE, "a projection is neither dense bf16 nor nf4 with absmax, codebook and a "
+                                       "block of 8 to 2^20 elements");
   return DET_MK_OK;
 }
 

@@ -113,3 +113,13 @@ def test_megakernel_nf4_equals_cpu_engine(di, tmp_path, family):
     want_tokens, want_logits = cpu.generate(prompt, max_new=N_GEN, return_logits=True)
     assert generation_digest(tokens, logits) == generation_digest(want_tokens, want_logits)
     assert gpu.generate_batch([prompt, teacher[:30]], max_new=8) == cpu.generate_batch([prompt, teacher[:30]], max_new=8)
+
+
+def test_kv_cache_that_does_not_fit_the_gpu_is_refused(di):
+    """Checked against torch.cuda.mem_get_info before anything is allocated on the device."""
+    import synthetic
+
+    cfg = dict(synthetic.CONFIGS["llama"], num_hidden_layers=64, num_attention_heads=8, num_key_value_heads=8,
+               head_dim=128, max_position_embeddings=1 << 20)
+    with pytest.raises(MemoryError, match=r"needs 500000\.0 MiB, but only .* MiB of memory is available"):
+        di.KVState(di.ModelConfig.from_dict(cfg), 1_000_000, device="cuda")

@@ -37,7 +37,8 @@ def _expected_impl(isa, K, B, dense_ok=True):
 
 @pytest.fixture
 def isa(di, request):
-    """Caps the engine at an ISA level for one test (0 ref, 1 avx2, 2 avx512 nf4 decode), then uncaps it."""
+    """Caps the engine at an ISA level for one test (0 ref, 1 avx2, 2 avx512: batch-1 GEMV and nf4
+    decode), then uncaps it."""
     di.ops.isa_cap(request.param)
     yield request.param
     di.ops.isa_cap(2)

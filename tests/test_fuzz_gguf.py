@@ -6,6 +6,7 @@ or another exception type. scripts/fuzz_loaders.py runs the same mutators for lo
 import random
 import struct
 
+import numpy as np
 import pytest
 
 N_CASES = 1000
@@ -72,3 +73,44 @@ def test_mutated_gguf_files_load_or_fail_clearly(di, gguf_blob, tmp_path):
     assert sum(outcomes.values()) == N_CASES
     assert len(outcomes) > 1 and outcomes.get("ok", 0) > 0, outcomes  # some break, some still load
     print(outcomes)
+
+
+@pytest.mark.parametrize("count", [2**20, 2**40])
+def test_lying_string_array_is_refused_before_gguf_py_walks_it(di, tmp_path, count):
+    """A string array whose count is far above its strings (the long fuzz run's memory growth: gguf-py
+    built one entry per claimed string, gigabytes before reaching the end of the file): refused by
+    the header walk, with the array named."""
+    import gguf
+
+    path = tmp_path / "strings.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_array("tokenizer.ggml.tokens", [f"t{i}" for i in range(50)])
+    w.add_tensor("x", np.zeros(4, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    blob = bytearray(path.read_bytes())
+    at = blob.index(b"tokenizer.ggml.tokens") + len(b"tokenizer.ggml.tokens") + 4 + 4  # value type, item type
+    assert struct.unpack("<Q", blob[at:at + 8])[0] == 50
+    blob[at:at + 8] = struct.pack("<Q", count)
+    path.write_bytes(bytes(blob))
+    with pytest.raises(ValueError, match="metadata array 1|runs past the end"):
+        di.MegaModel.from_gguf(str(path))
+
+
+def test_metadata_arrays_are_bounded(di, tmp_path):
+    """gguf-py makes one numpy view per array element (~500 bytes each): an honest but huge array is
+    refused by the header walk, whatever the file size."""
+    import gguf
+
+    path = tmp_path / "big.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_array("general.big", [0] * ((1 << 20) + 1))
+    w.add_tensor("x", np.zeros(4, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(ValueError, match="1048577 elements; supported: up to 1048576 per array"):
+        di.MegaModel.from_gguf(str(path))

@@ -122,3 +122,16 @@ def test_hostile_config_fields_are_refused_quickly(di, tmp_root, field, value, m
     with pytest.raises(ValueError, match=match):
         di.MegaModel.from_pretrained(str(case))
     assert time.perf_counter() - t < 30  # a guard against hanging on a huge value, not a speed check
+
+
+def test_kv_cache_that_does_not_fit_is_refused_before_allocation(di):
+    """The KV cache's size is computed and compared with the available memory first: the error says
+    what is needed and what is available (here 64 layers x 8 kv heads x 128 dims x 1M positions,
+    500,000 MiB of fp32 K and V)."""
+    import synthetic
+
+    cfg = dict(synthetic.CONFIGS["llama"], num_hidden_layers=64, num_attention_heads=8, num_key_value_heads=8,
+               head_dim=128, max_position_embeddings=1 << 20)
+    config = di.ModelConfig.from_dict(cfg)
+    with pytest.raises(MemoryError, match=r"a KV cache of 1000000 positions needs 500000\.0 MiB, but only .* MiB"):
+        di.KVState(config, 1_000_000)

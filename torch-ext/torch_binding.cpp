@@ -130,7 +130,7 @@ bool fpenv_probe() { return det_cpu_fpenv_probe() != 0; }
 
 void isa_cap(int64_t level) {
   TORCH_CHECK_VALUE(level >= DET_ISA_REF && level <= DET_ISA_AVX512,
-                    "det-infer: ISA level must be 0 (ref), 1 (avx2) or 2 (avx512 nf4 decode), got ", level);
+                    "det-infer: ISA level must be 0 (ref), 1 (avx2) or 2 (avx512: batch-1 GEMV, nf4 decode), got ", level);
   det_set_isa_cap((int)level);
 }
 
@@ -232,7 +232,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // their absmax); returns the version used
   ops.def("gemv_engine(Tensor! out, Tensor w, Tensor x, Tensor? absmax=None) -> str");
   ops.impl("gemv_engine", torch::kCPU, &gemv_engine);
-  // cap the engine's kernels at an ISA level (0 ref, 1 avx2, 2 avx512 nf4 decode; above the CPU's = the CPU's)
+  // cap the engine's kernels at an ISA level (0 ref, 1 avx2, 2 avx512: batch-1 GEMV and nf4 decode;
+  // above the CPU's = the CPU's)
   ops.def("isa_cap(int level) -> ()");
   ops.impl("isa_cap", c10::DispatchKey::CompositeExplicitAutograd, &isa_cap);
   // the engine's vectorized exp(x) or silu(x) (for tests against unary_f32)

@@ -52,17 +52,30 @@ def check_config(q):
     return "nf4"
 
 
+MAX_STATE_BYTES = 1 << 16  # bitsandbytes writes about 200
+
+
 def _state(name, tensors):
     raw = tensors[name + QUANT_STATE]
-    if raw.dtype != torch.uint8 or raw.dim() != 1:
-        raise Nf4Error(f"det-infer: {name}{QUANT_STATE} must be a 1-d uint8 tensor (JSON bytes)")
+    if raw.dtype != torch.uint8 or raw.dim() != 1 or raw.numel() > MAX_STATE_BYTES:
+        raise Nf4Error(f"det-infer: {name}{QUANT_STATE} must be a 1-d uint8 tensor of JSON bytes (at most "
+                       f"{MAX_STATE_BYTES})")
     try:
-        state = json.loads(bytes(raw.tolist()).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise Nf4Error(f"det-infer: {name}{QUANT_STATE} is not valid JSON ({e})") from None
+        state = json.loads(raw.contiguous().numpy().tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise Nf4Error(f"det-infer: {name}{QUANT_STATE} is not valid JSON ({type(e).__name__})") from None
     if not isinstance(state, dict):
         raise Nf4Error(f"det-infer: {name}{QUANT_STATE} is not a JSON object")
     return state
+
+
+def _finite_number(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:  # an integer beyond the float range
+        return False
 
 
 def _int_field(name, state, key, lo, hi):
@@ -107,7 +120,7 @@ def _unpack_one(name, tensors, expected_shape):
     if nested:
         nb2 = _int_field(name, state, "nested_blocksize", 1, 1 << 20)
         offset = state.get("nested_offset")
-        if isinstance(offset, bool) or not isinstance(offset, (int, float)) or not math.isfinite(offset):
+        if not _finite_number(offset):
             raise Nf4Error(f"det-infer: {name}: nested_offset {offset!r} must be a finite number")
         q2 = _tensor(name, tensors, ".absmax", torch.uint8, n_blocks)
         absmax2 = _tensor(name, tensors, ".nested_absmax", torch.float32, -(-n_blocks // nb2))

@@ -89,25 +89,90 @@ def _unpermute(w, n_head):
     return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _check_counts(path):
-    """The header's version and tensor / key-value counts, checked against the file size before
-    gguf-py walks them: a lying count must not make the reader build billions of entries."""
+# GGUF metadata value types: fixed sizes of the scalars; 8 is a string, 9 an array.
+_GGUF_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+# gguf-py builds one numpy view (~500 bytes) per metadata array element, so array lengths are
+# bounded before it runs. Real files stay far below: a 262,144-token vocabulary (Gemma 3) has
+# three arrays of that length plus its merges.
+MAX_ARRAY_ELEMENTS = 1 << 20
+MAX_METADATA_ELEMENTS = 1 << 22
+
+
+def _check_header(path):
+    """Walks the header (version, counts, every metadata key and value, every tensor's name and
+    dimension count) checking each length against the bytes left in the file and each array against
+    MAX_ARRAY_ELEMENTS (MAX_METADATA_ELEMENTS in all), before gguf-py walks it: a lying count or
+    length must not make the reader build millions of entries. Arrays of arrays are refused."""
     import os
     import struct
 
     size = os.path.getsize(path)
     with open(path, "rb") as f:
+        def take(n, what):
+            if n > size - f.tell():
+                raise GGUFError(f"det-infer: {path}: {what} runs past the end of the file ({size} bytes)")
+            return f.read(n)
+
+        def u32(what):
+            return struct.unpack("<I", take(4, what))[0]
+
+        def u64(what):
+            return struct.unpack("<Q", take(8, what))[0]
+
+        def skip_string(what):
+            n = u64(what)
+            if n > size - f.tell():
+                raise GGUFError(f"det-infer: {path}: {what} of {n} bytes runs past the end of the file")
+            f.seek(n, os.SEEK_CUR)
+
         head = f.read(24)
-    if len(head) < 24 or head[:4] != b"GGUF":
-        raise GGUFError(f"det-infer: {path} is not a readable GGUF file (no GGUF magic and header)")
-    version, n_tensors, n_kv = struct.unpack("<IQQ", head[4:24])
-    if version not in (2, 3):
-        raise GGUFError(f"det-infer: {path} has GGUF version {version}; supported: 2 and 3")
-    # Smallest entries: a key-value is a length-prefixed name, a type and a value (>= 13 bytes); a
-    # tensor info is a length-prefixed name, a dimension count, a type and an offset (>= 24 bytes).
-    if n_kv * 13 + n_tensors * 24 > size:
-        raise GGUFError(f"det-infer: {path} claims {n_tensors} tensors and {n_kv} metadata entries, more than "
-                        f"its {size} bytes can hold")
+        if len(head) < 24 or head[:4] != b"GGUF":
+            raise GGUFError(f"det-infer: {path} is not a readable GGUF file (no GGUF magic and header)")
+        version, n_tensors, n_kv = struct.unpack("<IQQ", head[4:24])
+        if version not in (2, 3):
+            raise GGUFError(f"det-infer: {path} has GGUF version {version}; supported: 2 and 3")
+        # Smallest entries: a key-value is a length-prefixed name, a type and a value (>= 13 bytes); a
+        # tensor info is a length-prefixed name, a dimension count, a type and an offset (>= 24 bytes).
+        if n_kv * 13 + n_tensors * 24 > size:
+            raise GGUFError(f"det-infer: {path} claims {n_tensors} tensors and {n_kv} metadata entries, more than "
+                            f"its {size} bytes can hold")
+        elements = 0
+        for i in range(n_kv):
+            skip_string(f"metadata key {i}")
+            kind = u32(f"the type of metadata entry {i}")
+            if kind == _GGUF_ARRAY:
+                item, count = u32(f"metadata array {i}"), u64(f"metadata array {i}")
+                elements += count
+                if count > MAX_ARRAY_ELEMENTS or elements > MAX_METADATA_ELEMENTS:
+                    raise GGUFError(f"det-infer: {path}: metadata array {i} has {count} elements; supported: up to "
+                                    f"{MAX_ARRAY_ELEMENTS} per array and {MAX_METADATA_ELEMENTS} in all")
+                if item == _GGUF_STRING:
+                    if count * 8 > size - f.tell():
+                        raise GGUFError(f"det-infer: {path}: metadata array {i} claims {count} strings, more than "
+                                        "the file can hold")
+                    for j in range(count):
+                        skip_string(f"string {j} of metadata array {i}")
+                elif item in _GGUF_SCALAR_BYTES:
+                    if count * _GGUF_SCALAR_BYTES[item] > size - f.tell():
+                        raise GGUFError(f"det-infer: {path}: metadata array {i} claims {count} values, more than "
+                                        "the file can hold")
+                    f.seek(count * _GGUF_SCALAR_BYTES[item], os.SEEK_CUR)
+                else:
+                    raise GGUFError(f"det-infer: {path}: metadata array {i} has element type {item}; supported: "
+                                    "scalars and strings")
+            elif kind == _GGUF_STRING:
+                skip_string(f"metadata string {i}")
+            elif kind in _GGUF_SCALAR_BYTES:
+                take(_GGUF_SCALAR_BYTES[kind], f"metadata value {i}")
+            else:
+                raise GGUFError(f"det-infer: {path}: metadata entry {i} has unknown value type {kind}")
+        for i in range(n_tensors):
+            skip_string(f"the name of tensor {i}")
+            n_dims = u32(f"tensor {i}")
+            if n_dims > 4:
+                raise GGUFError(f"det-infer: {path}: tensor {i} claims {n_dims} dimensions; GGUF has at most 4")
+            take(8 * n_dims + 4 + 8, f"tensor {i}")
 
 
 def read_gguf(path):
@@ -117,7 +182,7 @@ def read_gguf(path):
         import gguf
     except ImportError:
         raise ImportError("det-infer: reading GGUF needs the gguf package (pip install gguf)") from None
-    _check_counts(path)
+    _check_header(path)
     try:
         reader = gguf.GGUFReader(str(path))
     except _MALFORMED as e:
