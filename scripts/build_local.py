@@ -192,7 +192,9 @@ def main():
     (out_dir / "_ops.py").write_text(OPS_PY.format(ops_name=ops_name))
     backend_info = {"type": backend}
     if backend == "cuda":
-        backend_info["archs"] = sorted(caps)
+        # numeric order (7.5 before 10.0), ignoring a feature suffix such as "9.0a"
+        backend_info["archs"] = sorted(set(caps), key=lambda c: [int("0" + "".join(filter(str.isdigit, p)))
+                                                                  for p in c.split(".")])
     meta = {
         "name": name,
         "id": ops_name,
