@@ -2,6 +2,7 @@
 teacher-forced sequence and the greedy-generation prompt of each covered model, and the SHA-256
 digests pinned in pins.py."""
 import hashlib
+import random
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,13 @@ def inputs_for(name, directory, vocab):
     return synthetic.token_sequence(N_TEACHER, vocab, 11), synthetic.token_sequence(100, vocab, 12)
 
 
+
+
+def batch_with_target(label, target, vocab, max_len, n=16):
+    """(prompts, slot, rng): n random co-prompts of 1..max_len tokens from a generator seeded by
+    label, with the target prompt at a random slot; rng is left for further draws."""
+    rng = random.Random(label)
+    slot = rng.randrange(n)
+    prompts = [[rng.randrange(vocab) for _ in range(rng.randint(1, max_len))] for _ in range(n)]
+    prompts[slot] = target
+    return prompts, slot, rng

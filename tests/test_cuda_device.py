@@ -3,13 +3,13 @@ the CUDA executor's elementwise functions reproduce the CPU-pinned digest bit fo
 megakernel reproduces the CPU-pinned certificate digests of every synthetic model (the real SmolLM2
 checkpoint is not carried to the device machine) across geometries, batch composition and launch
 granularity."""
-import random
 
 import contract_inputs
 import nf4_checkpoints
 import pytest
 import torch
-from certification import N_GEN, SYNTHETIC, generation_digest, inputs_for, logits_digest, model_dir
+from certification import (N_GEN, SYNTHETIC, batch_with_target, generation_digest, inputs_for, logits_digest,
+                           model_dir)
 from pins import CONTRACT_MATH_DIGEST, MODEL_DIGESTS, SAMPLED_DIGESTS
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -71,10 +71,8 @@ def test_megakernel_geometry_sweep(gpu_case, g):
 
 def test_megakernel_batch_of_16(gpu_case):
     mm = gpu_case["mm"]
-    rng = random.Random(f"gpu-co-prompts:{gpu_case['name']}")
-    slot = rng.randrange(16)
-    prompts = [[rng.randrange(mm.config.vocab_size) for _ in range(rng.randint(1, 150))] for _ in range(16)]
-    prompts[slot] = gpu_case["prompt"]
+    prompts, slot, _ = batch_with_target(f"gpu-co-prompts:{gpu_case['name']}", gpu_case["prompt"],
+                                         mm.config.vocab_size, 150)
     streams, logits = mm.generate_batch(prompts, max_new=N_GEN, return_logits=True)
     assert generation_digest(streams[slot], logits[slot]) == gpu_case["pins"]["generation"]
 

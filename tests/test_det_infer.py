@@ -6,7 +6,6 @@ call vs one call per step, batch of one vs a batch of 16 with random co-prompts 
 bits under one of those variations; a correctness check compares with transformers in float64."""
 import json
 import os
-import random
 import subprocess
 import sys
 import warnings
@@ -17,8 +16,8 @@ import pytest
 import real_models
 import synthetic
 import torch
-from certification import (MODELS, N_GEN, N_TEACHER, ROOT, SMOLLM2_TEXT, generation_digest, inputs_for,
-                           logits_digest, model_dir)
+from certification import (MODELS, N_GEN, N_TEACHER, ROOT, SMOLLM2_TEXT, batch_with_target, generation_digest,
+                           inputs_for, logits_digest, model_dir)
 from pins import MODEL_DIGESTS, SMOLLM2_CHECKPOINT_SHA256
 
 
@@ -75,10 +74,7 @@ def test_per_step_generation_equals_single_launch(case):
 
 def test_batch_of_16_with_random_co_prompts(case):
     mm = case["mm"]
-    rng = random.Random(f"co-prompts:{case['name']}")
-    slot = rng.randrange(16)
-    prompts = [[rng.randrange(mm.config.vocab_size) for _ in range(rng.randint(1, 150))] for _ in range(16)]
-    prompts[slot] = case["prompt"]
+    prompts, slot, rng = batch_with_target(f"co-prompts:{case['name']}", case["prompt"], mm.config.vocab_size, 150)
     streams, logits = mm.generate_batch(prompts, max_new=N_GEN, return_logits=True)
     assert generation_digest(streams[slot], logits[slot]) == case["pins"]["generation"]
     # Every other sequence equals its own solo run, too (checked on two of them).

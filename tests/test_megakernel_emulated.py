@@ -3,13 +3,13 @@ fiber per CUDA thread), reproduces the CPU engine's pinned digests bit for bit: 
 geometries (1, 2, 3 and 5 blocks; 1, 2 and 4 warps; ring depths 2 and 4; tiles of 1 to 16 rows),
 randomized fiber schedules, batch 1 and 16, single launch and one launch per step. Bad programs are
 refused before launch, and a kernel with a missing barrier is caught by the schedules."""
-import random
 import subprocess
 
 import pytest
 import synthetic
 import torch
-from certification import N_GEN, N_TEACHER, ROOT, SYNTHETIC, generation_digest, inputs_for, logits_digest, model_dir
+from certification import (N_GEN, N_TEACHER, ROOT, SYNTHETIC, batch_with_target, generation_digest, inputs_for,
+                           logits_digest, model_dir)
 from pins import MODEL_DIGESTS
 
 # (grid, warps, ring, tile_rows, schedule seed)
@@ -70,10 +70,7 @@ def test_batch_of_16_with_random_co_prompts(case):
     # llama's decode steps split into four tiles of 4 rows; the others ride in one tile of 16.
     tile_rows = 4 if case["name"] == "llama" else 16
     mm = case["emulated"]((3, 2, 4, tile_rows, 30 + tile_rows))
-    rng = random.Random(f"emu-co-prompts:{case['name']}")
-    slot = rng.randrange(16)
-    prompts = [[rng.randrange(mm.config.vocab_size) for _ in range(rng.randint(1, 40))] for _ in range(16)]
-    prompts[slot] = case["prompt"]
+    prompts, slot, _ = batch_with_target(f"emu-co-prompts:{case['name']}", case["prompt"], mm.config.vocab_size, 40)
     streams, logits = mm.generate_batch(prompts, max_new=N_GEN, return_logits=True)
     assert generation_digest(streams[slot], logits[slot]) == case["pins"]["generation"]
 
