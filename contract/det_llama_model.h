@@ -51,15 +51,22 @@ enum {
   DET_ERR_ORDER = -4,     // rows of one cache not in increasing position order
 };
 
-// Every layer's projections readable (det_matrix_valid); host code, before any executor runs.
-static inline bool det_llama_matrices_valid(const det_llama_model* m) {
+// Whether ok(matrix) holds for every layer's seven projections (true when there are no layers);
+// host code, for the checks made before any executor runs.
+template <class Pred>
+inline bool det_llama_every_projection(const det_llama_model* m, Pred ok) {
   for (int64_t l = 0; m->layers && l < m->n_layers; ++l) {
     const det_llama_layer& L = m->layers[l];
     const det_matrix* w[] = {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down};
     for (const det_matrix* x : w)
-      if (!det_matrix_valid(*x)) return false;
+      if (!ok(*x)) return false;
   }
-  return m->layers != nullptr;
+  return true;
+}
+
+// Every layer's projections readable (det_matrix_valid).
+inline bool det_llama_matrices_valid(const det_llama_model* m) {
+  return m->layers && det_llama_every_projection(m, [](const det_matrix& w) { return det_matrix_valid(w); });
 }
 
 #define DET_MAX_POSITION 1000000  // the rope reduction's validated bound (docs/SPEC.md §7.1)

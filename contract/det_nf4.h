@@ -31,6 +31,12 @@ struct det_matrix {
 #define DET_NF4_MIN_BLOCK_SHIFT 3   // 8 elements: the megakernel's per-lane group never straddles
 #define DET_NF4_MAX_BLOCK_SHIFT 20
 
+// A dense bf16 matrix (the lm_head, or any projection kept in bf16).
+DET_HD det_matrix det_dense_matrix(const uint16_t* bf16) {
+  det_matrix m = {bf16, nullptr, nullptr, nullptr, 0};
+  return m;
+}
+
 // A matrix the executors can read: dense, or nf4 with its scales, codebook and a block in range.
 DET_HD bool det_matrix_valid(const det_matrix& w) {
   if (w.bf16) return true;

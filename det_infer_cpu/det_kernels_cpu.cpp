@@ -29,9 +29,13 @@ int hardware_isa() {
 #endif
 }
 
-int gemv_isa(const det_matrix& W, int64_t K) {
+// The one choice of GEMV version. AVX-512 serves the batch-1 kernel and, for nf4, the row decoder
+// under the AVX2 batched kernel (det_nf4_decode_row reads the level itself).
+int gemv_isa(const det_matrix& W, int64_t K, int64_t B) {
   const bool fits = K % 16 == 0 && (W.bf16 || W.block_shift >= 4);
-  return det_cpu_isa() >= DET_ISA_AVX2 && fits ? DET_ISA_AVX2 : DET_ISA_REF;
+  const int isa = det_cpu_isa();
+  if (!fits || isa < DET_ISA_AVX2) return DET_ISA_REF;
+  return isa >= DET_ISA_AVX512 && (B == 1 || !W.bf16) ? DET_ISA_AVX512 : DET_ISA_AVX2;
 }
 
 DET_CPU_CLONES void silu_mul_ref(const float* gate, const float* up, float* out, int64_t n) {
@@ -83,8 +87,11 @@ DET_CPU_CLONES void det_gemv_rows_ref(const det_matrix& W, int64_t K, const floa
 
 void det_gemv_rows(const det_matrix& W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
                    int64_t r0, int64_t r1) {
-  switch (gemv_isa(W, K)) {
+  switch (gemv_isa(W, K, B)) {
 #if defined(__x86_64__)
+    case DET_ISA_AVX512:
+      if (B == 1) return det_gemv_rows_b1_avx512(W, K, X, Y, r0, r1);
+      return det_gemv_rows_avx2(W, K, X, B, Y, ldy, r0, r1);
     case DET_ISA_AVX2: return det_gemv_rows_avx2(W, K, X, B, Y, ldy, r0, r1);
 #endif
     default: return det_gemv_rows_ref(W, K, X, B, Y, ldy, r0, r1);
@@ -92,8 +99,8 @@ void det_gemv_rows(const det_matrix& W, int64_t K, const float* X, int64_t B, fl
 }
 
 const char* det_gemv_impl_name(const det_matrix& W, int64_t K, int64_t B) {
-  if (gemv_isa(W, K) == DET_ISA_REF) return "ref";
-  return det_cpu_isa() >= DET_ISA_AVX512 && (!W.bf16 || B == 1) ? "avx512" : "avx2";
+  static const char* const names[] = {"ref", "avx2", "avx512"};
+  return names[gemv_isa(W, K, B)];
 }
 
 float det_dot_f32(const float* a, const float* b, int64_t K) {

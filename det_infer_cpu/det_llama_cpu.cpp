@@ -225,9 +225,7 @@ void forward_block(const det_llama_model* m, int64_t B, const int32_t* tokens,
     }
   if (nw == 0) return;
   rmsnorm(w.x.data(), m->final_norm, w.h.data(), nw, H, m->rms_eps);
-  det_matrix head{};
-  head.bf16 = m->lm_head;
-  gemv(head, m->vocab, H, w.h.data(), nw, logits);
+  gemv(det_dense_matrix(m->lm_head), m->vocab, H, w.h.data(), nw, logits);
 }
 
 }  // namespace

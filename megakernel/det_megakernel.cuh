@@ -393,7 +393,7 @@ DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c) {
   const int nw = t.n_want;
   det_mk_norm_rows(c, nw, t.want_row, false, m.final_norm);
   det_mk_with_nb(nw, [&]<int NB>() {
-    const det_matrix head = {m.lm_head, nullptr, nullptr, nullptr, 0};
+    const det_matrix head = det_dense_matrix(m.lm_head);
     auto row = [&](int64_t it) { return det_mk_row{&head, det_mk_output(c, it)}; };
     auto emit = [&](int64_t it, const float* y) {
       if (det_lane() != 0) return;

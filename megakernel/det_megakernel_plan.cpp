@@ -74,12 +74,8 @@ static bool matrix_aligned(const det_matrix& w) {
 }
 
 int det_mk_check_alignment(const det_llama_model* m, const char** why) {
-  const det_llama_layer* L = m->layers;
-  bool aligned = ((uintptr_t)m->embed | (uintptr_t)m->lm_head) % 16 == 0;
-  for (int64_t l = 0; L && l < m->n_layers; ++l) {
-    const det_matrix* w[] = {&L[l].wq, &L[l].wk, &L[l].wv, &L[l].wo, &L[l].w_gate, &L[l].w_up, &L[l].w_down};
-    for (const det_matrix* x : w) aligned = aligned && matrix_aligned(*x);
-  }
+  const bool aligned = ((uintptr_t)m->embed | (uintptr_t)m->lm_head) % 16 == 0 &&
+                       det_llama_every_projection(m, matrix_aligned);
   return aligned ? DET_MK_OK
                  : fail(why, DET_MK_ERR_SHAPE, "the megakernel needs dense weight matrices 16-byte aligned and nf4 codes 4-byte aligned");
 }

@@ -17,22 +17,24 @@ const uint16_t* bf16_ptr(const torch::Tensor& t, std::vector<int64_t> shape, con
   return reinterpret_cast<const uint16_t*>(t.data_ptr());
 }
 
-// The nf4 codebook (contract/det_nf4.h) as 16 floats on `device`, made once per device.
+// The codebook on `device`, made once per device (the matrices point into it).
 const float* nf4_code(const torch::Device& device) {
   static std::mutex mu;
   static std::map<std::string, torch::Tensor> tables;
   std::lock_guard<std::mutex> lock(mu);
   torch::Tensor& t = tables[device.str()];
-  if (!t.defined()) {
-    static const uint32_t bits[16] = DET_NF4_CODE_BITS;
-    torch::Tensor host = torch::empty({16}, torch::kInt32);
-    memcpy(host.data_ptr(), bits, sizeof bits);
-    t = host.view(torch::kFloat32).to(device);
-  }
+  if (!t.defined()) t = nf4_codebook().to(device);
   return t.data_ptr<float>();
 }
 
 }  // namespace
+
+torch::Tensor nf4_codebook() {
+  static const uint32_t bits[16] = DET_NF4_CODE_BITS;
+  torch::Tensor t = torch::empty({16}, torch::kInt32);
+  memcpy(t.data_ptr(), bits, sizeof bits);
+  return t.view(torch::kFloat32);
+}
 
 det_matrix matrix_view(const torch::Tensor& w, const torch::Tensor& absmax, int64_t rows, int64_t cols,
                        const std::string& what, const torch::Device& device) {

@@ -29,6 +29,9 @@ struct Assembled {
 Assembled assemble(const std::vector<torch::Tensor>& w, const std::vector<torch::Tensor>& scales,
                    c10::IntArrayRef cfg, double eps, const torch::Tensor& inv_freq, const torch::Device& device);
 
+// The contract's nf4 codebook (contract/det_nf4.h), 16 float32 values in a new CPU tensor.
+torch::Tensor nf4_codebook();
+
 // One projection: dense bf16 (absmax undefined or empty) or nf4 codes with their absmax.
 det_matrix matrix_view(const torch::Tensor& w, const torch::Tensor& absmax, int64_t rows, int64_t cols,
                        const std::string& what, const torch::Device& device);

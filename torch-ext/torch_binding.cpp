@@ -174,14 +174,6 @@ std::string gemv_engine(torch::Tensor& out, const torch::Tensor& w, const torch:
   return det_gemv_impl_name(W, K, B);
 }
 
-// The contract's nf4 codebook (contract/det_nf4.h), 16 float32 values.
-torch::Tensor nf4_codebook() {
-  static const uint32_t bits[16] = DET_NF4_CODE_BITS;
-  torch::Tensor t = torch::empty({16}, torch::kInt32);
-  memcpy(t.data_ptr(), bits, sizeof bits);
-  return t.view(torch::kFloat32);
-}
-
 // Nested absmax resolved by det_nf4_nested_absmax_f32: q2 uint8 (n,), code2 float32 (256,),
 // absmax2 float32 (ceil(n / nested_block),).
 torch::Tensor nf4_nested_absmax(const torch::Tensor& q2, const torch::Tensor& code2, const torch::Tensor& absmax2,

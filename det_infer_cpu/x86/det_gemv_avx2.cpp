@@ -191,7 +191,6 @@ DET_AVX2 void gemv_rows_nf4(const det_matrix& W, int64_t K, const float* Xp, int
 
 DET_AVX2 void det_gemv_rows_avx2(const det_matrix& M, int64_t K, const float* X, int64_t B, float* Y,
                                  int64_t ldy, int64_t r0, int64_t r1) {
-  if (B == 1 && det_cpu_isa() >= DET_ISA_AVX512) return det_gemv_rows_b1_avx512(M, K, X, Y, r0, r1);
   thread_local std::vector<float> xp;
   if ((int64_t)xp.size() < B * K) xp.resize(B * K);
   for (int64_t b = 0; b < B; ++b) permute_input(X + b * K, xp.data() + b * K, K);
