@@ -1,6 +1,7 @@
-// det_llama_model.h: what every executor takes: a llama-family model (Llama, Qwen3, Mistral) as
-// weight pointers (bf16 vectors; the seven per-layer projections dense bf16 or nf4-packed,
-// det_nf4.h) plus the shapes the contract depends on, and one sequence's fp32 KV cache.
+// det_llama_model.h: what every executor takes: a llama-family model (Llama, Qwen3, Mistral,
+// Gemma-3) as weight pointers (the seven per-layer projections dense bf16 or nf4-packed,
+// det_nf4.h; norms as fp32 multipliers, docs/SPEC.md §13.2) plus the shapes and switches the
+// contract depends on, and one sequence's fp32 KV cache.
 // The CPU engine reads host pointers; the megakernel reads the same struct holding device
 // pointers (or host pointers under emulation). Plain C, no torch.
 #pragma once
@@ -10,27 +11,38 @@
 #include "det_nf4.h"
 
 struct det_llama_layer {
-  const uint16_t* attn_norm;  // (hidden,)
-  det_matrix wq;              // (heads*head_dim, hidden)
-  det_matrix wk;              // (kv_heads*head_dim, hidden)
-  det_matrix wv;              // (kv_heads*head_dim, hidden)
-  det_matrix wo;              // (hidden, heads*head_dim)
-  const uint16_t* q_norm;     // (head_dim,) or null (Qwen3 qk-norm)
-  const uint16_t* k_norm;     // (head_dim,) or null
-  const uint16_t* mlp_norm;   // (hidden,)
-  det_matrix w_gate;          // (inter, hidden)
-  det_matrix w_up;            // (inter, hidden)
-  det_matrix w_down;          // (hidden, inter)
+  const float* attn_norm;      // (hidden,)
+  det_matrix wq;               // (heads*head_dim, hidden)
+  det_matrix wk;               // (kv_heads*head_dim, hidden)
+  det_matrix wv;               // (kv_heads*head_dim, hidden)
+  det_matrix wo;               // (hidden, heads*head_dim)
+  const float* q_norm;         // (head_dim,) or null (qk-norm: Qwen3, Gemma-3)
+  const float* k_norm;         // (head_dim,) or null
+  const float* attn_out_norm;  // (hidden,) or null: Gemma's norm of the attention output
+  const float* mlp_norm;       // (hidden,)
+  det_matrix w_gate;           // (inter, hidden)
+  det_matrix w_up;             // (inter, hidden)
+  det_matrix w_down;           // (hidden, inter)
+  const float* mlp_out_norm;   // (hidden,) or null: Gemma's norm of the MLP output
+  int64_t window;              // 0: full causal attention; W: a query at p sees p-W+1 .. p
+  int64_t rope_table;          // which of the model's inv_freq tables rotates this layer
 };
+
+enum { DET_ACT_SILU = 0, DET_ACT_GELU_TANH = 1 };  // the MLP's act(gate) * up (det_act.h)
+#define DET_ROPE_TABLES_MAX 2
 
 struct det_llama_model {
   int64_t hidden, n_layers, n_heads, n_kv_heads, head_dim, inter, vocab;
   int64_t rope_pairs;      // rotated pairs per head: (i, i + rope_pairs) for i < rope_pairs
-  int64_t sliding_window;  // 0: full causal attention; W: a query at p sees p-W+1 .. p
+  int64_t rope_tables;     // 1 or 2 (Gemma: sliding and full layers rotate differently)
+  int64_t attn_scale_dim;  // scores are scaled by rsqrt(attn_scale_dim): head_dim, or Gemma's
+                           // query_pre_attn_scalar
+  int64_t act;             // DET_ACT_SILU or DET_ACT_GELU_TANH
   float rms_eps;           // fp32 value of the config's eps
-  const double* inv_freq;  // (rope_pairs,) fp64 rope inverse frequencies (rope.py)
+  float embed_scale;       // embedding rows are multiplied by it: 1, or Gemma's fl32(sqrt(hidden))
+  const double* inv_freq;  // (rope_tables, rope_pairs) fp64 rope inverse frequencies (rope.py)
   const uint16_t* embed;   // (vocab, hidden)
-  const uint16_t* final_norm;
+  const float* final_norm;
   const uint16_t* lm_head;  // (vocab, hidden) bf16; the embedding when tied
   const det_llama_layer* layers;
 };
@@ -64,9 +76,16 @@ inline bool det_llama_every_projection(const det_llama_model* m, Pred ok) {
   return true;
 }
 
-// Every layer's projections readable (det_matrix_valid).
-inline bool det_llama_matrices_valid(const det_llama_model* m) {
-  return m->layers && det_llama_every_projection(m, [](const det_matrix& w) { return det_matrix_valid(w); });
+// Every layer's projections readable (det_matrix_valid), and the switches in range: the
+// activation, the rope tables and each layer's table and window.
+inline bool det_llama_model_valid(const det_llama_model* m) {
+  if (!m->layers || !m->inv_freq || (m->act != DET_ACT_SILU && m->act != DET_ACT_GELU_TANH) ||
+      m->rope_tables < 1 || m->rope_tables > DET_ROPE_TABLES_MAX || m->attn_scale_dim < 1)
+    return false;
+  for (int64_t l = 0; l < m->n_layers; ++l)
+    if (m->layers[l].window < 0 || m->layers[l].rope_table < 0 || m->layers[l].rope_table >= m->rope_tables)
+      return false;
+  return det_llama_every_projection(m, [](const det_matrix& w) { return det_matrix_valid(w); });
 }
 
 #define DET_MAX_POSITION 1000000  // the rope reduction's validated bound (docs/SPEC.md §7.1)

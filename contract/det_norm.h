@@ -10,13 +10,14 @@ DET_HD float det_rmsnorm_factor_f32(float ss, long long K, float eps) {
   return det_rsqrt_f32(det_add_f32(det_div_f32(ss, (float)K), eps));
 }
 
-// One element: fl(fl(x * r) * w), w widened from bf16. (w * (x*r) is the same product.)
-DET_HD float det_rmsnorm_scale_f32(float x, float r, uint16_t w) {
-  return det_mul_f32(det_mul_f32(x, r), det_bf16_to_f32(w));
+// One element: fl(fl(x * r) * w). w is the fp32 multiplier made once at load (SPEC §13.2): the
+// bf16 weight widened, or for Gemma fl(1 + weight). (w * (x*r) is the same product.)
+DET_HD float det_rmsnorm_scale_f32(float x, float r, float w) {
+  return det_mul_f32(det_mul_f32(x, r), w);
 }
 
-// Reference: y = rmsnorm(x) * w over K elements; x is (K,) fp32, w is (K,) bf16 bits.
-DET_HD void det_rmsnorm_ref(const float* x, const uint16_t* w, float* y, long long K, float eps) {
+// Reference: y = rmsnorm(x) * w over K elements; x and the multipliers w are (K,) fp32.
+DET_HD void det_rmsnorm_ref(const float* x, const float* w, float* y, long long K, float eps) {
   float r = det_rmsnorm_factor_f32(det_dot_f32_ref(x, x, K), K, eps);
   for (long long k = 0; k < K; ++k) y[k] = det_rmsnorm_scale_f32(x[k], r, w[k]);
 }

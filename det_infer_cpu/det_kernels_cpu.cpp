@@ -42,6 +42,12 @@ DET_CPU_CLONES void silu_mul_ref(const float* gate, const float* up, float* out,
   for (int64_t i = 0; i < n; ++i) out[i] = det_mul_f32(det_silu_f32(gate[i]), up[i]);
 }
 
+// gelu-tanh runs once per intermediate element and token, against a GEMV's hidden multiply-adds
+// per element: the scalar contract loop is a small share of a forward pass.
+DET_CPU_CLONES void gelu_mul_ref(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = det_mul_f32(det_gelu_tanh_f32(gate[i]), up[i]);
+}
+
 DET_CPU_CLONES void exp_sub_ref(const float* s, float m, float* e, int64_t n) {
   for (int64_t i = 0; i < n; ++i) e[i] = det_exp_f32(det_sub_f32(s[i], m));
 }
@@ -110,7 +116,8 @@ float det_dot_f32(const float* a, const float* b, int64_t K) {
   return det_dot_f32_ref(a, b, K);
 }
 
-void det_silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+void det_act_mul(int act, const float* gate, const float* up, float* out, int64_t n) {
+  if (act == DET_ACT_GELU_TANH) return gelu_mul_ref(gate, up, out, n);
 #if defined(__x86_64__)
   if (det_cpu_isa() >= DET_ISA_AVX2) return det_silu_mul_avx2(gate, up, out, n);
 #endif

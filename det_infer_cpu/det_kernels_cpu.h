@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "../contract/det_nf4.h"
+#include "../contract/det_llama_model.h"
 
 // ISA levels. The level used is the CPU's, capped by DET_INFER_GEMV=ref|avx2 in the environment or
 // by det_set_isa_cap (for tests and A/B runs). AVX-512 (F, BW, VL, DQ) runs the batch-1 GEMV (16
@@ -26,8 +26,8 @@ void det_gemv_rows(const det_matrix& W, int64_t K, const float* X, int64_t B, fl
 const char* det_gemv_impl_name(const det_matrix& W, int64_t K, int64_t B);
 // Canonical dot of two fp32 vectors (attention scores).
 float det_dot_f32(const float* a, const float* b, int64_t K);
-// out[i] = fl(silu(gate[i]) * up[i])
-void det_silu_mul(const float* gate, const float* up, float* out, int64_t n);
+// out[i] = fl(act(gate[i]) * up[i]), act silu or gelu-tanh (DET_ACT_*, det_llama_model.h)
+void det_act_mul(int act, const float* gate, const float* up, float* out, int64_t n);
 // e[i] = exp(fl(s[i] - m))
 void det_exp_sub(const float* s, float m, float* e, int64_t n);
 

@@ -47,31 +47,38 @@ void gemv_parts(const GemvPart* parts, int n_parts, int64_t K, const float* X, i
   });
 }
 
-// gate and up rows, then silu(gate) * up on the same elements, in one parallel region: the result
+// gate and up rows, then act(gate) * up on the same elements, in one parallel region: the result
 // overwrites gate.
-void gemv_gate_up_silu(const det_matrix& Wg, const det_matrix& Wu, int64_t I, int64_t K, const float* X, int64_t B,
-                       float* gate, float* up) {
+void gemv_gate_up_act(int act, const det_matrix& Wg, const det_matrix& Wu, int64_t I, int64_t K, const float* X,
+                      int64_t B, float* gate, float* up) {
   det_parallel_chunks(I, [&](int64_t r0, int64_t r1) {
     det_gemv_rows(Wg, K, X, B, gate, I, r0, r1);
     det_gemv_rows(Wu, K, X, B, up, I, r0, r1);
-    for (int64_t b = 0; b < B; ++b) det_silu_mul(gate + b * I + r0, up + b * I + r0, gate + b * I + r0, r1 - r0);
+    for (int64_t b = 0; b < B; ++b)
+      det_act_mul(act, gate + b * I + r0, up + b * I + r0, gate + b * I + r0, r1 - r0);
   });
 }
 
 // ---- elementwise steps --------------------------------------------------------------------------
-DET_CPU_CLONES void rmsnorm_rows(const float* X, const uint16_t* w, float* Y, int64_t K, float eps,
+DET_CPU_CLONES void rmsnorm_rows(const float* X, const float* w, float* Y, int64_t K, float eps,
                                  int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) det_rmsnorm_ref(X + r * K, w, Y + r * K, K, eps);
 }
 
 // y = rmsnorm(x) * w for each of `rows` rows of length K (rows may be heads inside a vector).
-void rmsnorm(const float* X, const uint16_t* w, float* Y, int64_t rows, int64_t K, float eps) {
+void rmsnorm(const float* X, const float* w, float* Y, int64_t rows, int64_t K, float eps) {
   det_parallel_chunks(rows, [&](int64_t r0, int64_t r1) { rmsnorm_rows(X, w, Y, K, eps, r0, r1); },
                       kMinParallelRows);
 }
 
 DET_CPU_CLONES void add_into(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = det_add_f32(x[i], y[i]);
+}
+
+// The residual step x += y, with y normalized first when the layer has an output norm (Gemma).
+void add_residual(float* x, float* y, const float* out_norm, int64_t B, int64_t H, float eps) {
+  if (out_norm) rmsnorm(y, out_norm, y, B, H, eps);
+  add_into(x, y, B * H);
 }
 
 // Rotates each head of v (heads x head_dim) in place by the row's (sin, cos) table.
@@ -146,7 +153,7 @@ struct Block {
 
 int check_rows(const det_llama_model* m, int64_t n, const int32_t* tokens, const int64_t* positions,
                det_kv_cache* const* caches) {
-  if (!m || !tokens || !positions || !caches || n < 1 || !det_llama_matrices_valid(m)) return DET_ERR_ARG;
+  if (!m || !tokens || !positions || !caches || n < 1 || !det_llama_model_valid(m)) return DET_ERR_ARG;
   std::vector<std::pair<const det_kv_cache*, int64_t>> last;  // each cache's latest position so far
   for (int64_t i = 0; i < n; ++i) {
     if (!caches[i] || !caches[i]->k || !caches[i]->v) return DET_ERR_ARG;
@@ -168,17 +175,17 @@ void forward_block(const det_llama_model* m, int64_t B, const int32_t* tokens,
                    const int64_t* positions, det_kv_cache* const* caches,
                    const uint8_t* want_logits, float* logits, Block& w) {
   const int64_t H = m->hidden, D = m->head_dim, QD = m->n_heads * D, KVD = m->n_kv_heads * D;
-  const int64_t I = m->inter, pairs = m->rope_pairs, group = m->n_heads / m->n_kv_heads;
-  const float scale = det_rsqrt_f32((float)D);
+  const int64_t I = m->inter, pairs = m->rope_pairs, tables = m->rope_tables, group = m->n_heads / m->n_kv_heads;
+  const float scale = det_rsqrt_f32((float)m->attn_scale_dim);
   w.x.resize(B * H); w.h.resize(B * std::max(H, QD)); w.q.resize(B * QD); w.k.resize(B * KVD);
   w.v.resize(B * KVD); w.att.resize(B * QD); w.gate.resize(B * I); w.up.resize(B * I);
-  w.tmp.resize(B * std::max(H, I)); w.sc.resize(B * pairs);
+  w.tmp.resize(B * std::max(H, I)); w.sc.resize(B * tables * pairs);
 
   for (int64_t b = 0; b < B; ++b) {
     const uint16_t* e = m->embed + (int64_t)tokens[b] * H;
-    for (int64_t i = 0; i < H; ++i) w.x[b * H + i] = det_bf16_to_f32(e[i]);
-    for (int64_t i = 0; i < pairs; ++i)
-      w.sc[b * pairs + i] = det_sincos_f64(det_rope_angle_f64(positions[b], m->inv_freq[i]));
+    for (int64_t i = 0; i < H; ++i) w.x[b * H + i] = det_mul_f32(det_bf16_to_f32(e[i]), m->embed_scale);
+    for (int64_t i = 0; i < tables * pairs; ++i)  // row b's tables at (b * tables + table) * pairs
+      w.sc[b * tables * pairs + i] = det_sincos_f64(det_rope_angle_f64(positions[b], m->inv_freq[i]));
   }
 
   for (int64_t l = 0; l < m->n_layers; ++l) {
@@ -189,8 +196,9 @@ void forward_block(const det_llama_model* m, int64_t B, const int32_t* tokens,
     if (L.q_norm) rmsnorm(w.q.data(), L.q_norm, w.q.data(), B * m->n_heads, D, m->rms_eps);
     if (L.k_norm) rmsnorm(w.k.data(), L.k_norm, w.k.data(), B * m->n_kv_heads, D, m->rms_eps);
     for (int64_t b = 0; b < B; ++b) {
-      rope_heads(w.q.data() + b * QD, m->n_heads, D, pairs, w.sc.data() + b * pairs);
-      rope_heads(w.k.data() + b * KVD, m->n_kv_heads, D, pairs, w.sc.data() + b * pairs);
+      const det_sincos_f32* sc = w.sc.data() + (b * tables + L.rope_table) * pairs;
+      rope_heads(w.q.data() + b * QD, m->n_heads, D, pairs, sc);
+      rope_heads(w.k.data() + b * KVD, m->n_kv_heads, D, pairs, sc);
       const det_kv_cache* c = caches[b];
       memcpy(c->k + (l * c->capacity + positions[b]) * KVD, w.k.data() + b * KVD, KVD * sizeof(float));
       memcpy(c->v + (l * c->capacity + positions[b]) * KVD, w.v.data() + b * KVD, KVD * sizeof(float));
@@ -202,18 +210,18 @@ void forward_block(const det_llama_model* m, int64_t B, const int32_t* tokens,
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t b = t / m->n_heads, hd = t % m->n_heads, g = hd / group, p = positions[b];
         const det_kv_cache* c = caches[b];
-        const int64_t lo = m->sliding_window > 0 ? std::max<int64_t>(0, p - m->sliding_window + 1) : 0;
+        const int64_t lo = L.window > 0 ? std::max<int64_t>(0, p - L.window + 1) : 0;
         attend(w.q.data() + b * QD + hd * D, c->k + l * c->capacity * KVD + g * D,
                c->v + l * c->capacity * KVD + g * D, KVD, D, lo, p, scale,
                w.att.data() + b * QD + hd * D, s);
       }
     });
     gemv(L.wo, H, QD, w.att.data(), B, w.tmp.data());
-    add_into(w.x.data(), w.tmp.data(), B * H);
+    add_residual(w.x.data(), w.tmp.data(), L.attn_out_norm, B, H, m->rms_eps);
     rmsnorm(w.x.data(), L.mlp_norm, w.h.data(), B, H, m->rms_eps);
-    gemv_gate_up_silu(L.w_gate, L.w_up, I, H, w.h.data(), B, w.gate.data(), w.up.data());
+    gemv_gate_up_act((int)m->act, L.w_gate, L.w_up, I, H, w.h.data(), B, w.gate.data(), w.up.data());
     gemv(L.w_down, H, I, w.gate.data(), B, w.tmp.data());
-    add_into(w.x.data(), w.tmp.data(), B * H);
+    add_residual(w.x.data(), w.tmp.data(), L.mlp_out_norm, B, H, m->rms_eps);
   }
 
   // Final norm and the head, for the rows that want logits (gathered first).

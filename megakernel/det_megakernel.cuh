@@ -15,8 +15,9 @@
 //
 // Per tile and layer: QKV (each block normalizes the tile's rows into shared memory; warps stream
 // Wq|Wk|Wv rows) | ROPE (qk-norm, rotation, KV-cache write) | ATTN (one warp per (row, head)) |
-// O (Wo rows + residual) | MLP (norm; gate and up rows, silu(gate)*up) | DOWN (Wdown rows +
-// residual) |; then HEAD (final norm, lm_head rows) | and ARGMAX.
+// O (Wo rows + residual) | MLP (norm; gate and up rows, act(gate)*up) | DOWN (Wdown rows +
+// residual) |; then HEAD (final norm, lm_head rows) | and ARGMAX. Models with output norms
+// (Gemma) keep the O and DOWN results aside and add them in an OUT_NORM phase (rmsnorm, residual).
 #pragma once
 
 #include "../contract/det_act.h"
@@ -171,17 +172,22 @@ DET_DEV int64_t det_mk_output(const det_mk_ctx& c, int64_t it) { return c.gwarp 
 
 // ---- phases -------------------------------------------------------------------------------------
 
+// Element k of token id's embedding row, widened and scaled (docs/SPEC.md §13.1).
+DET_DEV float det_mk_embedding(const det_llama_model& m, int32_t id, int64_t k) {
+  return det_mul_f32(det_bf16_to_f32(m.embed[(int64_t)id * m.hidden + k]), m.embed_scale);
+}
+
 // Every block: area rows j < nb = rmsnorm(source row) * w (docs/SPEC.md §13.2). The source of row
 // j is tile row src_row[j] (or j when src_row is null): the residual stream, or at layer 0 the
 // token's embedding widened to fp32 (which layer 0 also writes to the residual stream).
 DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int nb, const int32_t* src_row, bool from_embed,
-                              const uint16_t* w) {
+                              const float* w) {
   const det_llama_model& m = c.P->model;
   const int64_t H = m.hidden;
   const det_mk_tile& t = *c.tile;
   for (int64_t e = det_thread(); e < nb * H; e += det_threads()) {
     const int64_t j = e / H, k = e % H, r = src_row ? src_row[j] : j;
-    c.area[e] = from_embed ? det_bf16_to_f32(m.embed[(int64_t)t.token[r] * H + k]) : c.P->ws.x[r * H + k];
+    c.area[e] = from_embed ? det_mk_embedding(m, t.token[r], k) : c.P->ws.x[r * H + k];
   }
   det_sync_block();
   for (int j = det_warp(); j < nb; j += det_warps()) {
@@ -197,10 +203,9 @@ DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int nb, const int32_t* src_ro
 DET_DEV void det_mk_embed_rows(const det_mk_ctx& c) {
   const det_llama_model& m = c.P->model;
   const det_mk_tile& t = *c.tile;
-  const int64_t H = m.hidden, pairs = m.rope_pairs;
+  const int64_t H = m.hidden, pairs = m.rope_tables * m.rope_pairs;  // every table's pairs, per row
   const int64_t gt = (int64_t)det_block() * det_threads() + det_thread(), gn = (int64_t)det_blocks() * det_threads();
-  for (int64_t e = gt; e < t.n * H; e += gn)
-    c.P->ws.x[e] = det_bf16_to_f32(m.embed[(int64_t)t.token[e / H] * H + e % H]);
+  for (int64_t e = gt; e < t.n * H; e += gn) c.P->ws.x[e] = det_mk_embedding(m, t.token[e / H], e % H);
   for (int64_t e = gt; e < t.n * pairs; e += gn) {
     const det_sincos_f32 sc = det_sincos_f64(det_rope_angle_f64(t.pos[e / pairs], m.inv_freq[e % pairs]));
     c.P->ws.sincos[2 * e] = sc.s;
@@ -257,13 +262,13 @@ DET_DEV_NOINLINE void det_mk_phase_rope(const det_mk_ctx& c, int64_t l) {
     const bool is_q = j < m.n_heads;
     const int64_t h = is_q ? j : j - m.n_heads;
     float* vec = is_q ? ws.q + b * QD + h * D : ws.k + b * KVD + h * D;
-    const uint16_t* norm = is_q ? L.q_norm : L.k_norm;
+    const float* norm = is_q ? L.q_norm : L.k_norm;
     if (norm) {
       const float r = det_rmsnorm_factor_f32(det_mk_warp_dot_f32(vec, vec, D), D, m.rms_eps);
       for (int64_t d = lane; d < D; d += DET_WARP) vec[d] = det_rmsnorm_scale_f32(vec[d], r, norm[d]);
       det_sync_warp();
     }
-    const float* sc = ws.sincos + 2 * b * pairs;
+    const float* sc = ws.sincos + 2 * (b * m.rope_tables + L.rope_table) * pairs;
     for (int64_t i = lane; i < pairs; i += DET_WARP)
       det_rope_rotate_f32(&vec[i], &vec[i + pairs], det_sincos_f32{sc[2 * i], sc[2 * i + 1]});
     det_sync_warp();
@@ -280,7 +285,8 @@ DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
   const det_mk_workspace& ws = c.P->ws;
   const det_mk_tile& t = *c.tile;
   const int64_t D = m.head_dim, QD = m.n_heads * D, KVD = m.n_kv_heads * D, group = m.n_heads / m.n_kv_heads;
-  const float scale = det_rsqrt_f32((float)D);
+  const int64_t W = m.layers[l].window;
+  const float scale = det_rsqrt_f32((float)m.attn_scale_dim);
   const int lane = det_lane();
   float* score = c.area + det_warp() * det_mk_attn_scratch_floats(&m);
   float* ex = score + DET_ATTN_CHUNK;
@@ -290,7 +296,7 @@ DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
     const det_mk_seq& sq = c.P->prog.seqs[t.seq[b]];
     const float* kc = sq.k + l * sq.capacity * KVD + g * D;
     const float* vc = sq.v + l * sq.capacity * KVD + g * D;
-    const int64_t lo = m.sliding_window > 0 && p - m.sliding_window + 1 > 0 ? p - m.sliding_window + 1 : 0;
+    const int64_t lo = W > 0 && p - W + 1 > 0 ? p - W + 1 : 0;
     const bool lane_q = 8 * lane < D;
     float qv[8];
     for (int i = 0; i < 8; ++i) qv[i] = lane_q ? ws.q[b * QD + hq * D + 8 * lane + i] : 0.0f;
@@ -347,23 +353,41 @@ DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
   }
 }
 
-// O and DOWN: rows of W (H x K) over the input rows; the result is added to the residual stream.
-DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_matrix* W, const float* in, int64_t K) {
+// O and DOWN: rows of W (H x K) over the input rows; the result is added to the residual stream,
+// or, when the layer normalizes it first (out_norm, Gemma), kept in ws.out for det_mk_phase_out_norm.
+DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_matrix* W, const float* in, int64_t K,
+                                                 bool out_norm) {
   const int64_t H = c.P->model.hidden;
   float* x = c.P->ws.x;
+  float* out = c.P->ws.out;
   const int nb = c.tile->n;
   det_mk_with_nb(nb, [&]<int NB>() {
     auto row = [&](int64_t it) { return det_mk_row{W, det_mk_output(c, it)}; };
     auto emit = [&](int64_t it, const float* y) {
       if (det_lane() != 0) return;
       const int64_t n = det_mk_output(c, it);
-      for (int b = 0; b < nb; ++b) x[b * H + n] = det_add_f32(x[b * H + n], y[b]);
+      for (int b = 0; b < nb; ++b) {
+        if (out_norm) out[b * H + n] = y[b];
+        else x[b * H + n] = det_add_f32(x[b * H + n], y[b]);
+      }
     };
     det_mk_gemv<NB>(c, det_mk_items(c, H), K, row, in, K, nb, emit);
   });
 }
 
-// MLP: normalized rows; per output n the gate row then the up row, then silu(gate) * up.
+// OUT_NORM (Gemma): one warp per row, x += rmsnorm(out) * w.
+DET_DEV_NOINLINE void det_mk_phase_out_norm(const det_mk_ctx& c, const float* w) {
+  const det_llama_model& m = c.P->model;
+  const int64_t H = m.hidden;
+  for (int64_t b = c.gwarp; b < c.tile->n; b += c.nwarps) {
+    const float* y = c.P->ws.out + b * H;
+    float* x = c.P->ws.x + b * H;
+    const float r = det_rmsnorm_factor_f32(det_mk_warp_dot_f32(y, y, H), H, m.rms_eps);
+    for (int64_t k = det_lane(); k < H; k += DET_WARP) x[k] = det_add_f32(x[k], det_rmsnorm_scale_f32(y[k], r, w[k]));
+  }
+}
+
+// MLP: normalized rows; per output n the gate row then the up row, then act(gate) * up.
 DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, int64_t l) {
   const det_llama_model& m = c.P->model;
   const det_llama_layer& L = m.layers[l];
@@ -379,7 +403,8 @@ DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, int64_t l) {
       const int64_t n = det_mk_output(c, it / 2);
       for (int b = 0; b < nb; ++b) {
         if (it % 2 == 0) gate[b] = y[b];
-        else act[b * I + n] = det_mul_f32(det_silu_f32(gate[b]), y[b]);
+        else act[b * I + n] = det_mul_f32(m.act == DET_ACT_GELU_TANH ? det_gelu_tanh_f32(gate[b]) : det_silu_f32(gate[b]),
+                                          y[b]);
       }
     };
     det_mk_gemv<NB>(c, 2 * det_mk_items(c, I), H, row, c.area, H, nb, emit);
@@ -509,12 +534,21 @@ DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
     det_sync_grid(ws.barrier);
     det_mk_phase_attn(c, l);
     det_sync_grid(ws.barrier);
-    det_mk_phase_residual_gemv(c, &m.layers[l].wo, ws.att, m.n_heads * m.head_dim);
+    const det_llama_layer& L = m.layers[l];
+    det_mk_phase_residual_gemv(c, &L.wo, ws.att, m.n_heads * m.head_dim, L.attn_out_norm);
     det_sync_grid(ws.barrier);
+    if (L.attn_out_norm) {
+      det_mk_phase_out_norm(c, L.attn_out_norm);
+      det_sync_grid(ws.barrier);
+    }
     det_mk_phase_mlp(c, l);
     det_sync_grid(ws.barrier);
-    det_mk_phase_residual_gemv(c, &m.layers[l].w_down, ws.act, m.inter);
+    det_mk_phase_residual_gemv(c, &L.w_down, ws.act, m.inter, L.mlp_out_norm);
     det_sync_grid(ws.barrier);
+    if (L.mlp_out_norm) {
+      det_mk_phase_out_norm(c, L.mlp_out_norm);
+      det_sync_grid(ws.barrier);
+    }
   }
   if (c.tile->n_want > 0) {
     det_mk_phase_head(c);

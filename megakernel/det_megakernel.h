@@ -65,13 +65,14 @@ struct det_mk_program {
 // Device scratch, carved from one buffer (det_mk_workspace_layout). Sizes are for tile_rows rows.
 struct det_mk_workspace {
   float* x;       // (rows, hidden) the residual stream
+  float* out;     // (rows, hidden) a layer's attention or MLP output awaiting its norm (Gemma)
   float* q;       // (rows, heads*head_dim)
   float* k;       // (rows, kv_heads*head_dim)
   float* v;       // (rows, kv_heads*head_dim)
   float* att;     // (rows, heads*head_dim) attention output
   float* act;     // (rows, inter) silu(gate) * up
   float* logits;  // (rows, vocab) generate mode without step_logits
-  float* sincos;  // (rows, rope_pairs, 2) the rows' rope (sin, cos)
+  float* sincos;  // (rows, rope_tables, rope_pairs, 2) the rows' rope (sin, cos)
   float* sample_e;        // (rows, vocab) the sampler's scratch (det_sample_f32)
   int32_t* sample_heap;   // (rows, vocab)
   int32_t* next_token;   // (DET_MK_ROWS_MAX,) each sequence's latest argmax

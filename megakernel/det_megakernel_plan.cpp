@@ -17,7 +17,7 @@ int64_t up4(int64_t n) { return (n + 3) / 4 * 4; }
 Sizes sizes(const det_llama_model* m, int rows) {
   const int64_t QD = m->n_heads * m->head_dim, KVD = m->n_kv_heads * m->head_dim;
   return {up4(rows * m->hidden), up4(rows * QD),       up4(rows * KVD),           up4(rows * QD),
-          up4(rows * m->inter),  up4(rows * m->vocab), up4(rows * m->rope_pairs * 2)};
+          up4(rows * m->inter),  up4(rows * m->vocab), up4(rows * m->rope_tables * m->rope_pairs * 2)};
 }
 
 int fail(const char** why, int code, const char* text) {
@@ -29,7 +29,7 @@ int fail(const char** why, int code, const char* text) {
 
 size_t det_mk_workspace_bytes(const det_llama_model* m, int tile_rows) {
   const Sizes s = sizes(m, tile_rows);
-  const int64_t words = s.x + s.q + 2 * s.kv + s.att + s.act + 3 * s.logits + s.sincos;  // fp32 or int32
+  const int64_t words = 2 * s.x + s.q + 2 * s.kv + s.att + s.act + 3 * s.logits + s.sincos;  // fp32 or int32
   return (size_t)words * 4 + DET_MK_ROWS_MAX * sizeof(int32_t) + 4 * sizeof(unsigned int);
 }
 
@@ -38,6 +38,7 @@ det_mk_workspace det_mk_workspace_carve(const det_llama_model* m, int tile_rows,
   det_mk_workspace w;
   float* f = (float*)buf;
   w.x = f; f += s.x;
+  w.out = f; f += s.x;
   w.q = f; f += s.q;
   w.k = f; f += s.kv;
   w.v = f; f += s.kv;
@@ -61,9 +62,10 @@ int det_mk_check_model(const det_llama_model* m, const char** why) {
   if (m->vocab > (int64_t)1 << 30 || m->n_layers < 1 || m->n_heads < 1 || m->n_kv_heads < 1 ||
       m->n_heads % m->n_kv_heads)
     return fail(why, DET_MK_ERR_SHAPE, "inconsistent model shape (heads, kv heads, layers or vocab)");
-  if (!det_llama_matrices_valid(m))
+  if (!det_llama_model_valid(m))
     return fail(why, DET_MK_ERR_SHAPE, "a projection is neither dense bf16 nor nf4 with absmax, codebook and a "
-                                       "block of 8 to 2^20 elements");
+                                       "block of 8 to 2^20 elements, or a switch (activation, rope tables, a "
+                                       "layer's table or window) is out of range");
   return DET_MK_OK;
 }
 

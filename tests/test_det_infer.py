@@ -16,8 +16,8 @@ import pytest
 import real_models
 import synthetic
 import torch
-from certification import (MODELS, N_GEN, N_TEACHER, ROOT, SMOLLM2_TEXT, batch_with_target, generation_digest,
-                           inputs_for, logits_digest, model_dir)
+from certification import (MODELS, N_GEN, N_TEACHER, REAL, ROOT, SMOLLM2_TEXT, batch_with_target,
+                           generation_digest, inputs_for, logits_digest, model_dir)
 from pins import MODEL_DIGESTS, SMOLLM2_CHECKPOINT_SHA256
 
 
@@ -165,7 +165,7 @@ MEAN_ABS = 1e-5
 def test_matches_transformers_float64(di, tmp_root, name):
     directory = model_dir(name, tmp_root)
     mm = di.MegaModel.from_pretrained(directory, max_context=512)
-    if name == "smollm2":
+    if name in REAL:
         from transformers import AutoTokenizer
 
         ids = AutoTokenizer.from_pretrained(str(directory))(SMOLLM2_TEXT * 2)["input_ids"][:160]

@@ -31,11 +31,13 @@ def dump(di, name, directory, path):
     mm = di.MegaModel.from_pretrained(directory, max_context=512)
     teacher, prompt = inputs_for(name, directory, mm.config.vocab_size)
     with open(path, "wb") as f:
-        f.write(b"DETM" + struct.pack("<11q", *mm._cfg_ints) + struct.pack("<d", mm.config.rms_norm_eps))
-        f.write(mm._inv_freq.numpy().astype("<f8").tobytes())
+        ints = mm._cfg_ints
+        f.write(b"DETM" + struct.pack(f"<q{len(ints)}q", len(ints), *ints) + struct.pack("<d", mm.config.rms_norm_eps))
+        f.write(struct.pack("<q", mm._inv_freq.numel()) + mm._inv_freq.numpy().astype("<f8").tobytes())
         f.write(struct.pack("<q", len(mm._weights)))
-        for w in mm._weights:
-            f.write(struct.pack("<q", w.numel()) + w.contiguous().view(torch.int16).numpy().astype("<i2").tobytes())
+        for w in mm._weights:  # bf16 matrices and fp32 norms, as raw little-endian bytes
+            raw = w.contiguous().view(torch.uint8).numpy().tobytes()
+            f.write(struct.pack("<q", len(raw)) + raw)
         for ids in (teacher, prompt):
             f.write(struct.pack("<q", len(ids)) + np.asarray(ids, dtype="<i4").tobytes())
         f.write(struct.pack("<q", N_GEN))

@@ -17,7 +17,7 @@ from pins import MODEL_DIGESTS
 
 from certification import generation_digest, inputs_for, logits_digest
 
-GGUF_ARCH = {"llama": "llama", "qwen3": "qwen3", "mistral": "mistral"}
+GGUF_ARCH = {"llama": "llama", "qwen3": "qwen3", "mistral": "mistral", "gemma3": "gemma3"}
 PERMUTED = {"llama", "mistral"}
 
 
@@ -37,11 +37,33 @@ GGUF_NAME = {
 }
 
 
-def _gguf_name(hf):
-    if hf in GGUF_NAME:
-        return GGUF_NAME[hf]
+# Gemma-3's norms by place (llama.cpp's names).
+GEMMA3_GGUF_NAME = {"post_attention_layernorm.weight": "post_attention_norm.weight",
+                    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+                    "post_feedforward_layernorm.weight": "post_ffw_norm.weight"}
+
+
+def _gguf_name(hf, family):
+    table = {**GGUF_NAME, **GEMMA3_GGUF_NAME} if family == "gemma3" else GGUF_NAME
+    if hf in table:
+        return table[hf]
     _, _, i, rest = hf.split(".", 3)
-    return f"blk.{i}.{GGUF_NAME[rest]}"
+    return f"blk.{i}.{table[rest]}"
+
+
+def gguf_twin_config(family):
+    """The synthetic config as a GGUF expresses it: plain rope; for gemma3, what llama.cpp assumes
+    (five sliding layers then a full one, sliding rope base 10000, scores scaled by 1/sqrt(head_dim))."""
+    cfg = dict(synthetic.CONFIGS[family])
+    if family != "gemma3":
+        cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": cfg["rope_parameters"]["rope_theta"]}
+        return cfg
+    n = cfg["num_hidden_layers"]
+    cfg["layer_types"] = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(n)]
+    cfg["query_pre_attn_scalar"] = cfg["head_dim"]
+    cfg["rope_parameters"] = {"full_attention": cfg["rope_parameters"]["full_attention"],
+                              "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+    return cfg
 
 
 def write_gguf(family, qtype_name, directory):
@@ -49,8 +71,9 @@ def write_gguf(family, qtype_name, directory):
     import gguf
     from safetensors.torch import save_file
 
-    cfg = dict(synthetic.CONFIGS[family])
-    cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": cfg["rope_parameters"]["rope_theta"]}
+    cfg = gguf_twin_config(family)
+    rope = cfg["rope_parameters"]
+    theta = (rope["full_attention"] if family == "gemma3" else rope)["rope_theta"]
     qtype = getattr(gguf.GGMLQuantizationType, qtype_name)
     arch = GGUF_ARCH[family]
     path = os.path.join(directory, f"{family}-{qtype_name}.gguf")
@@ -65,9 +88,9 @@ def write_gguf(family, qtype_name, directory):
     w.add_value_length(cfg["head_dim"])
     w.add_rope_dimension_count(cfg["head_dim"])
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-    w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
+    w.add_rope_freq_base(theta)
     w.add_vocab_size(cfg["vocab_size"])
-    if family == "mistral":
+    if family in ("mistral", "gemma3"):
         w.add_sliding_window(cfg["sliding_window"])
     twin = {}
     for name, t in synthetic.state_dict(family).items():
@@ -76,13 +99,18 @@ def write_gguf(family, qtype_name, directory):
             a = _permute(a, cfg["num_attention_heads"])
         elif family in PERMUTED and name.endswith("k_proj.weight"):
             a = _permute(a, cfg["num_key_value_heads"])
+        gemma_norm = family == "gemma3" and a.ndim == 1
+        if gemma_norm:
+            a = a + np.float32(1.0)  # llama.cpp stores Gemma's norms as 1 + w
         if a.ndim == 1 or qtype_name == "F32":  # norms stay F32, as llama.cpp keeps them
-            w.add_tensor(_gguf_name(name), a.astype(np.float32))
+            w.add_tensor(_gguf_name(name, family), a.astype(np.float32))
             deq = a.astype(np.float32)
         else:
             q = gguf.quants.quantize(a, qtype)
-            w.add_tensor(_gguf_name(name), q, raw_shape=q.shape, raw_dtype=qtype)
+            w.add_tensor(_gguf_name(name, family), q, raw_shape=q.shape, raw_dtype=qtype)
             deq = gguf.quants.dequantize(q, qtype).reshape(a.shape)
+        if gemma_norm:
+            deq = deq - np.float32(1.0)
         if family in PERMUTED and name.endswith("q_proj.weight"):
             deq = deq.reshape(cfg["num_attention_heads"], -1, 2, deq.shape[1]).swapaxes(1, 2).reshape(deq.shape)
         elif family in PERMUTED and name.endswith("k_proj.weight"):
@@ -100,7 +128,7 @@ def write_gguf(family, qtype_name, directory):
     return path, twin_dir
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3", "mistral"])
+@pytest.mark.parametrize("family", ["llama", "qwen3", "mistral", "gemma3"])
 @pytest.mark.parametrize("qtype", ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"])
 def test_from_gguf_equals_the_dequantized_bf16_checkpoint(di, tmp_path, family, qtype):
     path, twin = write_gguf(family, qtype, str(tmp_path))
@@ -110,13 +138,13 @@ def test_from_gguf_equals_the_dequantized_bf16_checkpoint(di, tmp_path, family, 
     assert torch.equal(a.view(torch.int32), b.view(torch.int32))
 
 
-@pytest.mark.parametrize("family", ["llama", "mistral"])
+@pytest.mark.parametrize("family", ["llama", "mistral", "gemma3"])
 def test_f32_gguf_equals_the_original_checkpoint(di, tmp_path, family):
     """Independent of the twin above: an F32 GGUF of a permuted-layout model loads back to exactly the
-    original synthetic weights, so from_gguf's un-permutation is the true inverse of llama.cpp's."""
+    original synthetic weights, so from_gguf's un-permutation is the true inverse of llama.cpp's (and
+    for Gemma, taking 1 off its stored 1 + w norms gives back w)."""
     path, _ = write_gguf(family, "F32", str(tmp_path))
-    cfg = dict(synthetic.CONFIGS[family])
-    cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": cfg["rope_parameters"]["rope_theta"]}
+    cfg = gguf_twin_config(family)
     original = tmp_path / "original"
     synthetic.write_checkpoint(family, str(original))
     (original / "config.json").write_text(json.dumps(cfg))
@@ -125,7 +153,7 @@ def test_f32_gguf_equals_the_original_checkpoint(di, tmp_path, family):
     assert torch.equal(gguf_logits, di.MegaModel.from_pretrained(original).teacher_forced_logits(ids))
 
 
-@pytest.mark.parametrize("family,qtype", [("qwen3", "Q4_1"), ("mistral", "Q8_0")])
+@pytest.mark.parametrize("family,qtype", [("qwen3", "Q4_1"), ("mistral", "Q8_0"), ("gemma3", "Q5_0")])
 def test_gguf_on_the_emulated_megakernel(di, tmp_path, family, qtype):
     """Both executors give the same bits for a GGUF model (the megakernel's device code under
     host emulation)."""

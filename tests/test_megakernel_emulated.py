@@ -87,13 +87,14 @@ def test_stop_ids_and_lengths(case, di):
     assert got == want and len(got[1]) <= 4 and got[1][-1] == stop
 
 
-# ---- the real model ------------------------------------------------------------------------------
-def test_smollm2_teacher_forced_digest(di, tmp_root):
-    directory = model_dir("smollm2", tmp_root)
+# ---- the real models -----------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["smollm2", "gemma3-270m"])
+def test_real_model_teacher_forced_digest(di, tmp_root, name):
+    directory = model_dir(name, tmp_root)
     mm = di.MegaModel.from_pretrained(directory, max_context=512, executor="emulated",
                                       geometry=geometry((4, 4, 4, 16, 5)))
-    teacher, _ = inputs_for("smollm2", directory, mm.config.vocab_size)
-    assert logits_digest(mm.teacher_forced_logits(teacher[:N_TEACHER])) == MODEL_DIGESTS["smollm2"]["teacher_forced"]
+    teacher, _ = inputs_for(name, directory, mm.config.vocab_size)
+    assert logits_digest(mm.teacher_forced_logits(teacher[:N_TEACHER])) == MODEL_DIGESTS[name]["teacher_forced"]
 
 
 # ---- bad input -----------------------------------------------------------------------------------

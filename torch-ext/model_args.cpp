@@ -1,6 +1,7 @@
 // model_args.cpp: see model_args.h.
 #include "model_args.h"
 
+#include <cmath>
 #include <map>
 #include <mutex>
 
@@ -15,6 +16,14 @@ const uint16_t* bf16_ptr(const torch::Tensor& t, std::vector<int64_t> shape, con
   TORCH_CHECK_VALUE(t.sizes() == c10::IntArrayRef(shape), "det-infer: ", what, " has shape ", t.sizes(),
                     ", expected ", c10::IntArrayRef(shape));
   return reinterpret_cast<const uint16_t*>(t.data_ptr());
+}
+
+const float* f32_ptr(const torch::Tensor& t, int64_t n, const std::string& what, const torch::Device& device) {
+  TORCH_CHECK_TYPE(t.scalar_type() == torch::kFloat32, "det-infer: norm ", what, " must be float32 multipliers, got ",
+                   t.scalar_type());
+  TORCH_CHECK_VALUE(t.device() == device && t.is_contiguous() && t.dim() == 1 && t.size(0) == n, "det-infer: norm ",
+                    what, " must be a contiguous (", n, ",) tensor on ", device, ", got ", t.sizes(), " on ", t.device());
+  return t.data_ptr<float>();
 }
 
 // The codebook on `device`, made once per device (the matrices point into it).
@@ -68,26 +77,34 @@ det_matrix matrix_view(const torch::Tensor& w, const torch::Tensor& absmax, int6
 
 Assembled assemble(const std::vector<torch::Tensor>& w, const std::vector<torch::Tensor>& scales,
                    c10::IntArrayRef cfg, double eps, const torch::Tensor& inv_freq, const torch::Device& device) {
-  TORCH_CHECK_VALUE(cfg.size() == CFG_COUNT, "det-infer: cfg has ", cfg.size(), " fields, expected ", CFG_COUNT);
-  for (int i = 0; i < CFG_COUNT; ++i)
+  TORCH_CHECK_VALUE(cfg.size() >= CFG_COUNT && cfg[CFG_LAYERS] >= 0 &&
+                        (int64_t)cfg.size() == CFG_COUNT + 2 * cfg[CFG_LAYERS],
+                    "det-infer: cfg has ", cfg.size(), " fields, expected ", CFG_COUNT, " + 2 per layer");
+  for (size_t i = 0; i < cfg.size(); ++i)
     TORCH_CHECK_VALUE(cfg[i] >= 0, "det-infer: cfg field ", i, " is negative");
   Assembled a{};
   det_llama_model& m = a.model;
   m.hidden = cfg[CFG_HIDDEN]; m.n_layers = cfg[CFG_LAYERS]; m.n_heads = cfg[CFG_HEADS];
   m.n_kv_heads = cfg[CFG_KV_HEADS]; m.head_dim = cfg[CFG_HEAD_DIM]; m.inter = cfg[CFG_INTER];
-  m.vocab = cfg[CFG_VOCAB]; m.rope_pairs = cfg[CFG_ROPE_PAIRS]; m.sliding_window = cfg[CFG_SLIDING_WINDOW];
+  m.vocab = cfg[CFG_VOCAB]; m.rope_pairs = cfg[CFG_ROPE_PAIRS]; m.rope_tables = cfg[CFG_ROPE_TABLES];
+  m.act = cfg[CFG_ACT]; m.attn_scale_dim = cfg[CFG_ATTN_SCALE_DIM];
   m.rms_eps = (float)eps;
   TORCH_CHECK_VALUE(m.hidden > 0 && m.n_layers > 0 && m.n_heads > 0 && m.n_kv_heads > 0 && m.head_dim > 0 &&
                         m.inter > 0 && m.vocab > 0 && m.n_heads % m.n_kv_heads == 0 &&
-                        2 * m.rope_pairs <= m.head_dim,
+                        2 * m.rope_pairs <= m.head_dim && m.rope_tables >= 1 &&
+                        m.rope_tables <= DET_ROPE_TABLES_MAX && m.attn_scale_dim >= 1 &&
+                        (m.act == DET_ACT_SILU || m.act == DET_ACT_GELU_TANH),
                     "det-infer: inconsistent model config");
-  const bool qk = cfg[CFG_QK_NORM] != 0, tied = cfg[CFG_TIED] != 0;
-  const size_t per_layer = qk ? 11 : 9, head = tied ? 2 : 3;
+  // Gemma's embedding scale: the correctly rounded fp32 square root of hidden (IEEE sqrt).
+  m.embed_scale = cfg[CFG_EMBED_SCALE] ? std::sqrt((float)m.hidden) : 1.0f;
+  const bool qk = cfg[CFG_QK_NORM] != 0, tied = cfg[CFG_TIED] != 0, out_norms = cfg[CFG_OUT_NORMS] != 0;
+  const size_t per_layer = 9 + (qk ? 2 : 0) + (out_norms ? 2 : 0), head = tied ? 2 : 3;
   TORCH_CHECK_VALUE(w.size() == head + per_layer * m.n_layers, "det-infer: got ", w.size(),
                     " weight tensors, expected ", head + per_layer * m.n_layers);
   TORCH_CHECK_TYPE(inv_freq.scalar_type() == torch::kFloat64 && inv_freq.is_contiguous() &&
-                       inv_freq.numel() == m.rope_pairs && inv_freq.device() == device,
-                   "det-infer: inv_freq must be contiguous float64 with ", m.rope_pairs, " entries on ", device);
+                       inv_freq.numel() == m.rope_tables * m.rope_pairs && inv_freq.device() == device,
+                   "det-infer: inv_freq must be contiguous float64 with ", m.rope_tables, " x ", m.rope_pairs,
+                   " entries on ", device);
   TORCH_CHECK_VALUE(scales.empty() || scales.size() == w.size(), "det-infer: got ", scales.size(),
                     " scale tensors for ", w.size(), " weights (expected none or one per weight)");
   auto matrix = [&](size_t i, int64_t rows, int64_t cols, const std::string& what) {
@@ -99,24 +116,30 @@ Assembled assemble(const std::vector<torch::Tensor>& w, const std::vector<torch:
   m.inv_freq = inv_freq.data_ptr<double>();
   const int64_t H = m.hidden, D = m.head_dim, QD = m.n_heads * D, KVD = m.n_kv_heads * D, I = m.inter;
   m.embed = bf16_ptr(w[0], {m.vocab, H}, "embed_tokens", device);
-  m.final_norm = bf16_ptr(w[1], {H}, "norm", device);
+  m.final_norm = f32_ptr(w[1], H, "norm", device);
   m.lm_head = tied ? m.embed : bf16_ptr(w[2], {m.vocab, H}, "lm_head", device);
   a.layers.resize(m.n_layers);
   for (int64_t l = 0; l < m.n_layers; ++l) {
     size_t i = head + l * per_layer;
     std::string p = "layers." + std::to_string(l) + ".";
     det_llama_layer& L = a.layers[l];
-    L.attn_norm = bf16_ptr(w[i++], {H}, p + "input_layernorm", device);
+    L.attn_norm = f32_ptr(w[i++], H, p + "input_layernorm", device);
     L.wq = matrix(i, QD, H, p + "q_proj"), ++i;
     L.wk = matrix(i, KVD, H, p + "k_proj"), ++i;
     L.wv = matrix(i, KVD, H, p + "v_proj"), ++i;
     L.wo = matrix(i, H, QD, p + "o_proj"), ++i;
-    L.q_norm = qk ? bf16_ptr(w[i++], {D}, p + "q_norm", device) : nullptr;
-    L.k_norm = qk ? bf16_ptr(w[i++], {D}, p + "k_norm", device) : nullptr;
-    L.mlp_norm = bf16_ptr(w[i++], {H}, p + "post_attention_layernorm", device);
+    L.q_norm = qk ? f32_ptr(w[i++], D, p + "q_norm", device) : nullptr;
+    L.k_norm = qk ? f32_ptr(w[i++], D, p + "k_norm", device) : nullptr;
+    L.attn_out_norm = out_norms ? f32_ptr(w[i++], H, p + "attention output norm", device) : nullptr;
+    L.mlp_norm = f32_ptr(w[i++], H, p + "MLP input norm", device);
     L.w_gate = matrix(i, I, H, p + "gate_proj"), ++i;
     L.w_up = matrix(i, I, H, p + "up_proj"), ++i;
     L.w_down = matrix(i, H, I, p + "down_proj"), ++i;
+    L.mlp_out_norm = out_norms ? f32_ptr(w[i++], H, p + "MLP output norm", device) : nullptr;
+    L.window = cfg[CFG_COUNT + 2 * l];
+    L.rope_table = cfg[CFG_COUNT + 2 * l + 1];
+    TORCH_CHECK_VALUE(L.rope_table < m.rope_tables, "det-infer: layer ", l, " uses rope table ", L.rope_table,
+                      " of ", m.rope_tables);
   }
   m.layers = a.layers.data();
   return a;

@@ -11,10 +11,12 @@
 #include "../contract/det_llama_model.h"
 #include "../contract/det_sample.h"
 
-// cfg: the integer config, in this order (torch-ext/det_infer/config.py, LLAMA_CFG_FIELDS).
+// cfg: the integer config, in this order (torch-ext/det_infer/config.py, LLAMA_CFG_FIELDS), then
+// two per layer: its attention window (0: full) and its rope table.
 enum {
   CFG_HIDDEN, CFG_LAYERS, CFG_HEADS, CFG_KV_HEADS, CFG_HEAD_DIM, CFG_INTER, CFG_VOCAB,
-  CFG_ROPE_PAIRS, CFG_SLIDING_WINDOW, CFG_QK_NORM, CFG_TIED, CFG_COUNT
+  CFG_ROPE_PAIRS, CFG_ROPE_TABLES, CFG_QK_NORM, CFG_TIED, CFG_OUT_NORMS, CFG_ACT, CFG_ATTN_SCALE_DIM,
+  CFG_EMBED_SCALE, CFG_COUNT
 };
 
 struct Assembled {
@@ -22,7 +24,8 @@ struct Assembled {
   std::vector<det_llama_layer> layers;  // model.layers points here
 };
 
-// The model from its tensors; every weight and inv_freq must live on `device`. scales is empty
+// The model from its tensors; every weight and inv_freq ((rope_tables, rope_pairs) float64) must
+// live on `device`. Norms are float32 multipliers, everything else bf16. scales is empty
 // (every projection dense bf16) or parallel to w: an empty tensor for a dense weight, the fp32
 // absmax for an nf4 projection (w[i] then holds its uint8 codes; the block length is the power of
 // two that gives absmax.numel() blocks, the last one possibly partial).

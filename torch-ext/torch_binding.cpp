@@ -147,11 +147,12 @@ void act_engine(torch::Tensor& out, const torch::Tensor& x, const std::string& f
     TORCH_CHECK_VALUE(n % 64 == 0, "det-infer: dot64 needs a multiple of 64 elements");
     const float* p = x.data_ptr<float>();
     for (int64_t i = 0; i < n / 64; ++i) out.data_ptr<float>()[i] = det_dot_f32(p + 64 * i, p + 64 * i, 64);
-  } else if (fn == "silu") {
-    std::vector<float> ones(n, 1.0f);                                    // silu(x) * 1 = silu(x)
-    det_silu_mul(x.data_ptr<float>(), ones.data(), out.data_ptr<float>(), n);
+  } else if (fn == "silu" || fn == "gelu_tanh") {
+    std::vector<float> ones(n, 1.0f);                                    // act(x) * 1 = act(x)
+    det_act_mul(fn == "silu" ? DET_ACT_SILU : DET_ACT_GELU_TANH, x.data_ptr<float>(), ones.data(),
+                out.data_ptr<float>(), n);
   } else {
-    TORCH_CHECK_VALUE(false, "det-infer: act_engine supports exp, silu, dot64; got '", fn, "'");
+    TORCH_CHECK_VALUE(false, "det-infer: act_engine supports exp, silu, gelu_tanh, dot64; got '", fn, "'");
   }
 }
 

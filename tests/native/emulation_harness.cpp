@@ -34,6 +34,7 @@ struct Model {
   det_llama_model m{};
   std::vector<det_llama_layer> layers;
   std::vector<std::vector<uint16_t>> store;
+  std::vector<std::vector<float>> norms;
   std::vector<double> inv_freq;
   std::vector<std::vector<uint8_t>> codes;  // nf4 projections: codes and absmax, each exactly sized
   std::vector<std::vector<float>> scales;
@@ -44,6 +45,13 @@ struct Model {
     store.emplace_back(n);
     for (auto& w : store.back()) w = weight(scale, offset);
     return store.back().data();
+  }
+  // Norm multipliers: bf16 weights widened, plus Gemma's 1 (offset).
+  const float* norm(size_t n, float offset) {
+    const uint16_t* w = tensor(n, 0.2f, 1.0f - offset);
+    norms.emplace_back(n);
+    for (size_t i = 0; i < n; ++i) norms.back()[i] = det_add_f32(det_bf16_to_f32(w[i]), offset);
+    return norms.back().data();
   }
   det_matrix matrix(size_t n, float scale) {
     det_matrix w{};
@@ -58,31 +66,42 @@ struct Model {
     w.nf4 = codes.back().data(), w.absmax = scales.back().data(), w.code = code, w.block_shift = nf4_shift;
     return w;
   }
-  Model(bool qk_norm, int64_t window, int nf4_block_shift = 0) : nf4_shift(nf4_block_shift) {
+  // gemma: Gemma-3's switches (output norms, 1 + w norms, gelu-tanh, a sliding layer 0 with its own
+  // rope table and a full layer 1, a query_pre_attn_scalar, the embedding scale).
+  Model(bool qk_norm, int64_t window, int nf4_block_shift = 0, bool gemma = false) : nf4_shift(nf4_block_shift) {
     const uint32_t code_bits[16] = DET_NF4_CODE_BITS;
     memcpy(code, code_bits, sizeof code);
     m.hidden = 64, m.n_layers = 2, m.n_heads = 4, m.n_kv_heads = 2, m.head_dim = 24, m.inter = 96, m.vocab = 300;
-    m.rope_pairs = 12, m.sliding_window = window, m.rms_eps = 1e-5f;
+    m.rope_pairs = 12, m.rope_tables = gemma ? 2 : 1, m.rms_eps = 1e-5f;
+    m.attn_scale_dim = gemma ? 20 : m.head_dim, m.act = gemma ? DET_ACT_GELU_TANH : DET_ACT_SILU;
+    m.embed_scale = gemma ? sqrtf((float)m.hidden) : 1.0f;
+    const float offset = gemma ? 1.0f : 0.0f;
     const int64_t H = m.hidden, QD = m.n_heads * m.head_dim, KVD = m.n_kv_heads * m.head_dim, I = m.inter;
     store.reserve(64);
-    for (int i = 0; i < m.rope_pairs; ++i) inv_freq.push_back(pow(10000.0, -2.0 * i / (2.0 * m.rope_pairs)));
+    norms.reserve(64);
+    for (int t = 0; t < m.rope_tables; ++t)
+      for (int i = 0; i < m.rope_pairs; ++i) inv_freq.push_back(pow(t ? 1e6 : 1e4, -2.0 * i / (2.0 * m.rope_pairs)));
     m.inv_freq = inv_freq.data();
-    m.embed = tensor(m.vocab * H, 1.0f);
-    m.final_norm = tensor(H, 0.2f, 1.0f);
+    m.embed = tensor(m.vocab * H, gemma ? 0.15f : 1.0f);
+    m.final_norm = norm(H, offset);
     m.lm_head = tensor(m.vocab * H, 0.5f);
     for (int64_t l = 0; l < m.n_layers; ++l) {
       det_llama_layer L{};
-      L.attn_norm = tensor(H, 0.2f, 1.0f);
+      L.attn_norm = norm(H, offset);
       L.wq = matrix(QD * H, 0.3f);
       L.wk = matrix(KVD * H, 0.3f);
       L.wv = matrix(KVD * H, 0.3f);
       L.wo = matrix(H * QD, 0.3f);
-      L.q_norm = qk_norm ? tensor(m.head_dim, 0.2f, 1.0f) : nullptr;
-      L.k_norm = qk_norm ? tensor(m.head_dim, 0.2f, 1.0f) : nullptr;
-      L.mlp_norm = tensor(H, 0.2f, 1.0f);
+      L.q_norm = qk_norm ? norm(m.head_dim, offset) : nullptr;
+      L.k_norm = qk_norm ? norm(m.head_dim, offset) : nullptr;
+      L.attn_out_norm = gemma ? norm(H, offset) : nullptr;
+      L.mlp_norm = norm(H, offset);
       L.w_gate = matrix(I * H, 0.3f);
       L.w_up = matrix(I * H, 0.3f);
       L.w_down = matrix(H * I, 0.3f);
+      L.mlp_out_norm = gemma ? norm(H, offset) : nullptr;
+      L.window = gemma ? (l == 0 ? window : 0) : window;
+      L.rope_table = gemma && l == 0 ? 1 : 0;
       layers.push_back(L);
     }
     m.layers = layers.data();
@@ -217,8 +236,10 @@ void generate_case(const Model& M, const det_mk_geometry& g) {
 
 int main() {
   const det_mk_geometry geometries[] = {{1, 1, 2, 1, 0}, {2, 2, 4, 4, 3}, {3, 1, 2, 16, 7}, {5, 2, 4, 2, 9}};
-  for (int variant = 0; variant < 4; ++variant) {
-    Model M(variant % 2 == 1, variant % 2 == 1 ? 40 : 0, variant < 2 ? 0 : variant == 2 ? 4 : 3);
+  for (int variant = 0; variant < 5; ++variant) {
+    const bool gemma = variant == 4;
+    Model M(variant % 2 == 1 || gemma, variant % 2 == 1 || gemma ? 40 : 0, variant == 2 ? 4 : variant == 3 ? 3 : 0,
+            gemma);
     for (const det_mk_geometry& g : geometries) {
       forward_case(M, g);
       generate_case(M, g);

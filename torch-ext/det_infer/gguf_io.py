@@ -27,26 +27,38 @@ _NAMES = {
     "blk.{i}.ffn_up.weight": "model.layers.{i}.mlp.up_proj.weight",
     "blk.{i}.ffn_down.weight": "model.layers.{i}.mlp.down_proj.weight",
 }
+# Gemma-3 names its norms by place (names.py): llama's "ffn_norm" is its pre-feedforward norm.
+_GEMMA3_NAMES = {
+    "blk.{i}.post_attention_norm.weight": "model.layers.{i}.post_attention_layernorm.weight",
+    "blk.{i}.ffn_norm.weight": "model.layers.{i}.pre_feedforward_layernorm.weight",
+    "blk.{i}.post_ffw_norm.weight": "model.layers.{i}.post_feedforward_layernorm.weight",
+}
 # GGUF architecture -> (transformers class, whether llama.cpp permuted Q/K)
 SUPPORTED_GGUF_ARCHITECTURES = {
     "llama": ("LlamaForCausalLM", True),
     "mistral": ("MistralForCausalLM", True),
     "qwen3": ("Qwen3ForCausalLM", False),
+    "gemma3": ("Gemma3ForCausalLM", False),
 }
+# What llama.cpp assumes for every gemma3 GGUF rather than storing it (its llama-model.cpp): five
+# sliding layers then one full, and the sliding layers' rope base.
+GEMMA3_SLIDING_PATTERN = 6
+GEMMA3_LOCAL_ROPE_THETA = 10000.0
 
 
 class GGUFError(ValueError):
     pass
 
 
-def _hf_name(name):
-    if name in _NAMES:
-        return _NAMES[name]
+def _hf_name(name, arch):
+    table = {**_NAMES, **_GEMMA3_NAMES} if arch == "gemma3" else _NAMES
+    if name in table:
+        return table[name]
     parts = name.split(".")
     if len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit():
         key = ".".join(["blk", "{i}"] + parts[2:])
-        if key in _NAMES:
-            return _NAMES[key].format(i=int(parts[1]))
+        if key in table:
+            return table[key].format(i=int(parts[1]))
     return None
 
 
@@ -205,16 +217,16 @@ def _convert(reader):
     hf_arch, permuted = SUPPORTED_GGUF_ARCHITECTURES[arch]
     if any(t.name == "rope_freqs.weight" for t in reader.tensors):
         raise GGUFError("det-infer: GGUF rope_freqs (llama3 rope scaling stored as factors) is not supported yet")
-    if _field(reader, f"{arch}.rope.scaling.type", required=False) not in (None, "none"):
-        raise GGUFError(f"det-infer: GGUF rope scaling {_field(reader, f'{arch}.rope.scaling.type')!r} "
-                        "is not supported")
+    scaling = _field(reader, f"{arch}.rope.scaling.type", required=False)
+    if scaling not in (None, "none") and not (arch == "gemma3" and scaling == "linear"):
+        raise GGUFError(f"det-infer: GGUF rope scaling {scaling!r} is not supported (only linear, for gemma3)")
     heads = _count(reader, f"{arch}.attention.head_count")
     kv_heads = _count(reader, f"{arch}.attention.head_count_kv", False, heads)
     hidden = _count(reader, f"{arch}.embedding_length")
     head_dim = _count(reader, f"{arch}.attention.key_length", False, max(1, hidden // heads))
     tensors = {}
     for t in reader.tensors:
-        name = _hf_name(t.name)
+        name = _hf_name(t.name, arch)
         if name is None:
             raise GGUFError(f"det-infer: GGUF tensor {t.name!r} has no place in a {arch} model")
         try:
@@ -228,6 +240,8 @@ def _convert(reader):
             values = _unpermute(values, heads)
         elif permuted and t.name.endswith(".attn_k.weight"):
             values = _unpermute(values, kv_heads)
+        if arch == "gemma3" and t.name.endswith("norm.weight"):
+            values = values - np.float32(1.0)  # llama.cpp stores Gemma's 1 + w; names.py adds the 1 back
         tensors[name] = torch.from_numpy(np.array(values, dtype=np.float32)).to(torch.bfloat16)  # a copy
     vocab = tensors["model.embed_tokens.weight"].shape[0] if "model.embed_tokens.weight" in tensors else None
     config = {
@@ -254,4 +268,30 @@ def _convert(reader):
         window = _count(reader, f"{arch}.attention.sliding_window", False, 0, low=0)
         if window:
             config["sliding_window"] = window
+    if arch == "gemma3":
+        _gemma3_config(reader, config, scaling)
     return config, tensors
+
+
+def _gemma3_config(reader, config, scaling):
+    """The Gemma3ForCausalLM fields of a gemma3 GGUF, with llama.cpp's built-in values for what the
+    file does not store."""
+    del config["hidden_act"]
+    full = {"rope_type": "default", "rope_theta": config.pop("rope_theta")}
+    if scaling == "linear":
+        full = {"rope_type": "linear", "rope_theta": full["rope_theta"],
+                "factor": _number(reader, "gemma3.rope.scaling.factor")}
+    n = config["num_hidden_layers"]
+    # llama.cpp scales scores by 1/sqrt(head_dim), except for the 62-layer 27B model, whose
+    # query_pre_attn_scalar is hidden_size / heads.
+    scalar = config["hidden_size"] // config["num_attention_heads"] if n == 62 else config["head_dim"]
+    config.update({
+        "model_type": "gemma3_text",
+        "hidden_activation": "gelu_pytorch_tanh",
+        "sliding_window": _count(reader, "gemma3.attention.sliding_window"),
+        "query_pre_attn_scalar": scalar,
+        "layer_types": ["sliding_attention" if (i + 1) % GEMMA3_SLIDING_PATTERN else "full_attention"
+                        for i in range(n)],
+        "rope_parameters": {"full_attention": full,
+                            "sliding_attention": {"rope_type": "default", "rope_theta": GEMMA3_LOCAL_ROPE_THETA}},
+    })

@@ -4,7 +4,7 @@ import re
 
 import torch
 
-# Per-layer tensors in the order the binding reads them (torch-ext/llama_binding.cpp, assemble()).
+# Per-layer tensors in the order the binding reads them (torch-ext/model_args.cpp, assemble()).
 LLAMA_LAYER_TENSORS = (
     "input_layernorm.weight",
     "self_attn.q_proj.weight",
@@ -13,10 +13,26 @@ LLAMA_LAYER_TENSORS = (
     "self_attn.o_proj.weight",
     "self_attn.q_norm.weight",  # qk-norm only
     "self_attn.k_norm.weight",  # qk-norm only
-    "post_attention_layernorm.weight",
+    "post_attention_layernorm.weight",  # the MLP's input norm
     "mlp.gate_proj.weight",
     "mlp.up_proj.weight",
     "mlp.down_proj.weight",
+)
+# Gemma-3 names its four norms by place: post_attention_layernorm normalizes the attention output.
+GEMMA3_LAYER_TENSORS = (
+    "input_layernorm.weight",
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",
+    "post_attention_layernorm.weight",  # the attention output's norm
+    "pre_feedforward_layernorm.weight",  # the MLP's input norm
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+    "post_feedforward_layernorm.weight",  # the MLP output's norm
 )
 _QK_NORM = {"self_attn.q_norm.weight", "self_attn.k_norm.weight"}
 # Present in some checkpoints, never used: buffers recomputed exactly by rope.py.
@@ -28,8 +44,9 @@ def llama_tensor_names(cfg):
     names = ["model.embed_tokens.weight", "model.norm.weight"]
     if not cfg.tie_word_embeddings:
         names.append("lm_head.weight")
+    layer = GEMMA3_LAYER_TENSORS if cfg.family == "gemma3" else LLAMA_LAYER_TENSORS
     for i in range(cfg.num_hidden_layers):
-        for t in LLAMA_LAYER_TENSORS:
+        for t in layer:
             if t in _QK_NORM and not cfg.qk_norm:
                 continue
             names.append(f"model.layers.{i}.{t}")
@@ -45,13 +62,24 @@ def to_bf16(name, t):
     raise ValueError(f"det-infer: tensor {name!r} has dtype {t.dtype}; weights must be bf16, fp16 or fp32")
 
 
+def norm_multipliers(name, t, offset):
+    """A norm's fp32 multipliers (docs/SPEC.md §13.2): fl32(offset + w) with w the bf16 weight
+    widened; offset 0 (llama: w itself) or 1 (Gemma's 1 + w)."""
+    return (to_bf16(name, t).float() + offset).contiguous()
+
+
+def is_norm(name):
+    return name.endswith("norm.weight")
+
+
 def _shapes(cfg):
     H, D, I, V = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size, cfg.vocab_size
     QD, KVD = cfg.num_attention_heads * D, cfg.num_key_value_heads * D
     return {"embed_tokens": (V, H), "model.norm": (H,), "lm_head": (V, H), "input_layernorm": (H,),
             "q_proj": (QD, H), "k_proj": (KVD, H), "v_proj": (KVD, H), "o_proj": (H, QD),
             "q_norm": (D,), "k_norm": (D,), "post_attention_layernorm": (H,), "gate_proj": (I, H),
-            "up_proj": (I, H), "down_proj": (H, I)}
+            "up_proj": (I, H), "down_proj": (H, I), "pre_feedforward_layernorm": (H,),
+            "post_feedforward_layernorm": (H,)}
 
 
 def _shape_of(shapes, name):
@@ -92,6 +120,9 @@ def select_llama_weights(cfg, tensors, scales=None):
         if name in scales:
             weights.append(t.contiguous())
             absmax.append(scales[name])
+        elif is_norm(name):
+            weights.append(norm_multipliers(name, t, cfg.norm_offset))
+            absmax.append(torch.empty(0, dtype=torch.float32))
         else:
             weights.append(to_bf16(name, t).contiguous())
             absmax.append(torch.empty(0, dtype=torch.float32))
