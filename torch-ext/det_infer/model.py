@@ -1,4 +1,4 @@
-"""MegaModel: bit-exact inference for llama-family checkpoints (Llama, Qwen3, Mistral).
+"""MegaModel: bit-exact inference for llama-family checkpoints (Llama, Qwen3, Mistral, Gemma-3).
 
     mm = MegaModel.from_pretrained("path/to/model")          # config.json + safetensors, CPU engine
     mm = MegaModel.from_pretrained("path", device="cuda")    # the megakernel, one launch per call
@@ -190,7 +190,7 @@ class MegaModel:
 
     @classmethod
     def from_gguf(cls, path, device="cpu", max_context=None, executor=None, geometry=None):
-        """Load a llama.cpp GGUF checkpoint (llama, mistral, qwen3 architectures; any tensor type the
+        """Load a llama.cpp GGUF checkpoint (llama, mistral, qwen3, gemma3 architectures; any tensor type the
         gguf package can dequantize), rounding every tensor to bf16 once at load (gguf_io.py)."""
         from . import gguf_io
 
