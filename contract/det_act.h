@@ -62,3 +62,8 @@ DET_HD float det_gelu_tanh_f32(float x) {
   det_f32x2 z = det_f32x2_mul({DET_GELU_2C_HI, DET_GELU_2C_LO}, u);
   return det_mul_sigmoid_f32(x, z);
 }
+
+// Final-logit softcapping (Gemma-4): c * tanh(z / c), each step rounded: fl(c * tanh(fl(z / c))).
+DET_HD float det_softcap_f32(float z, float c) {
+  return det_mul_f32(c, det_tanh_f32(det_div_f32(z, c)));
+}

@@ -13,41 +13,68 @@
 struct det_llama_layer {
   const float* attn_norm;      // (hidden,)
   det_matrix wq;               // (heads*head_dim, hidden)
-  det_matrix wk;               // (kv_heads*head_dim, hidden)
-  det_matrix wv;               // (kv_heads*head_dim, hidden)
+  det_matrix wk;               // (kv_heads*head_dim, hidden); unset when kv_source != this layer
+  det_matrix wv;               // (kv_heads*head_dim, hidden); unset when kv_source != this layer
   det_matrix wo;               // (hidden, heads*head_dim)
-  const float* q_norm;         // (head_dim,) or null (qk-norm: Qwen3, Gemma-3)
+  const float* q_norm;         // (head_dim,) or null (qk-norm: Qwen3, Gemma)
   const float* k_norm;         // (head_dim,) or null
+  const float* v_norm;         // (head_dim,) or null (Gemma-4: its weightless norm, multipliers 1)
   const float* attn_out_norm;  // (hidden,) or null: Gemma's norm of the attention output
   const float* mlp_norm;       // (hidden,)
   det_matrix w_gate;           // (inter, hidden)
   det_matrix w_up;             // (inter, hidden)
   det_matrix w_down;           // (hidden, inter)
   const float* mlp_out_norm;   // (hidden,) or null: Gemma's norm of the MLP output
+  // Gemma-4's per-layer input branch (det_llama_model.ple_dim > 0), else unset / null.
+  det_matrix ple_gate;         // (ple_dim, hidden)
+  det_matrix ple_proj;         // (hidden, ple_dim)
+  const float* ple_out_norm;   // (hidden,)
+  const float* scalar;         // (1,) or null: the residual stream is multiplied by it last (Gemma-4)
+  int64_t head_dim;            // this layer's head size D (Gemma-4: sliding and full layers differ)
+  int64_t inter;               // this layer's MLP width
   int64_t window;              // 0: full causal attention; W: a query at p sees p-W+1 .. p
-  int64_t rope_table;          // which of the model's inv_freq tables rotates this layer
+  int64_t rope_table;          // which of the model's rope tables rotates this layer
+  int64_t kv_source;           // the layer whose cached K/V it attends over: itself, or an earlier
+                               // layer (Gemma-4 KV sharing: it then computes no K/V of its own)
+  int64_t kv_offset;           // where kv_source's K (and V) sit in a cache row, in floats
 };
 
 enum { DET_ACT_SILU = 0, DET_ACT_GELU_TANH = 1 };  // the MLP's act(gate) * up (det_act.h)
 #define DET_ROPE_TABLES_MAX 2
 
+// A rope table: pairs (x_i, x_{i+half}) rotate by inv_freq[offset + i] for i < pairs (§13.3 d).
+struct det_rope_table {
+  int64_t pairs, half, offset;
+};
+
 struct det_llama_model {
-  int64_t hidden, n_layers, n_heads, n_kv_heads, head_dim, inter, vocab;
-  int64_t rope_pairs;      // rotated pairs per head: (i, i + rope_pairs) for i < rope_pairs
-  int64_t rope_tables;     // 1 or 2 (Gemma: sliding and full layers rotate differently)
-  int64_t attn_scale_dim;  // scores are scaled by rsqrt(attn_scale_dim): head_dim, or Gemma's
-                           // query_pre_attn_scalar
-  int64_t act;             // DET_ACT_SILU or DET_ACT_GELU_TANH
-  float rms_eps;           // fp32 value of the config's eps
-  float embed_scale;       // embedding rows are multiplied by it: 1, or Gemma's fl32(sqrt(hidden))
-  const double* inv_freq;  // (rope_tables, rope_pairs) fp64 rope inverse frequencies (rope.py)
-  const uint16_t* embed;   // (vocab, hidden)
+  int64_t hidden, n_layers, n_heads, n_kv_heads, vocab;
+  int64_t head_dim, inter;  // the largest of the layers' (sizes of the executors' buffers)
+  int64_t rope_tables;      // 1 or 2 (Gemma: sliding and full layers rotate differently)
+  det_rope_table rope[DET_ROPE_TABLES_MAX];
+  int64_t rope_pairs;       // pairs of all tables together (the inv_freq and sin/cos lengths)
+  int64_t attn_scale_dim;   // scores are scaled by rsqrt(attn_scale_dim): head_dim, Gemma-3's
+                            // query_pre_attn_scalar, or 1 (Gemma-4)
+  int64_t act;              // DET_ACT_SILU or DET_ACT_GELU_TANH
+  int64_t kv_row;           // floats per position in a sequence's K (and V) cache: the K/V widths
+                            // of the layers that store, one after the other
+  float rms_eps;            // fp32 value of the config's eps
+  float embed_scale;        // embedding rows are multiplied by it: 1, or Gemma's fl32(sqrt(hidden))
+  const double* inv_freq;   // (rope_pairs,) fp64 rope inverse frequencies of every table (rope.py)
+  const uint16_t* embed;    // (vocab, hidden)
   const float* final_norm;
   const uint16_t* lm_head;  // (vocab, hidden) bf16; the embedding when tied
+  const float* softcap;     // (1,) or null: logits = c * tanh(z / c) (Gemma-4's final softcapping)
+  // Gemma-4 per-layer inputs (docs/SPEC.md §13.7); ple_dim 0: none.
+  int64_t ple_dim;               // P
+  const uint16_t* ple_embed;     // (vocab, n_layers * P)
+  det_matrix ple_model_proj;     // (n_layers * P, hidden)
+  const float* ple_proj_norm;    // (P,)
   const det_llama_layer* layers;
 };
 
-// One sequence's cache: k and v are (n_layers, capacity, kv_heads*head_dim) fp32.
+// One sequence's cache: k and v are (capacity, kv_row) fp32; a layer's entries at position p are
+// kv_heads*head_dim floats at p * kv_row + kv_offset.
 struct det_kv_cache {
   float* k;
   float* v;
@@ -63,28 +90,46 @@ enum {
   DET_ERR_ORDER = -4,     // rows of one cache not in increasing position order
 };
 
-// Whether ok(matrix) holds for every layer's seven projections (true when there are no layers);
-// host code, for the checks made before any executor runs.
+// Whether ok(matrix) holds for every layer's projections (true when there are no layers); host
+// code, for the checks made before any executor runs. Unset matrices (K/V of a layer that reads
+// another's, the per-layer-input pair without PLE) are skipped.
 template <class Pred>
 inline bool det_llama_every_projection(const det_llama_model* m, Pred ok) {
   for (int64_t l = 0; m->layers && l < m->n_layers; ++l) {
     const det_llama_layer& L = m->layers[l];
-    const det_matrix* w[] = {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down};
+    const bool own_kv = L.kv_source == l, ple = m->ple_dim > 0;
+    const det_matrix* w[] = {&L.wq, &L.wo, &L.w_gate, &L.w_up, &L.w_down};
     for (const det_matrix* x : w)
       if (!ok(*x)) return false;
+    if (own_kv && !(ok(L.wk) && ok(L.wv))) return false;
+    if (ple && !(ok(L.ple_gate) && ok(L.ple_proj))) return false;
   }
-  return true;
+  return m->ple_dim == 0 || ok(m->ple_model_proj);
 }
 
-// Every layer's projections readable (det_matrix_valid), and the switches in range: the
-// activation, the rope tables and each layer's table and window.
+// Every layer's projections readable (det_matrix_valid), and the switches and per-layer shapes in
+// range: the activation, the rope tables, each layer's table, window, head size (at most the
+// model's), MLP width and K/V source (itself, or an earlier layer of the same head size that
+// stores its own), and the cache row.
 inline bool det_llama_model_valid(const det_llama_model* m) {
   if (!m->layers || !m->inv_freq || (m->act != DET_ACT_SILU && m->act != DET_ACT_GELU_TANH) ||
-      m->rope_tables < 1 || m->rope_tables > DET_ROPE_TABLES_MAX || m->attn_scale_dim < 1)
+      m->rope_tables < 1 || m->rope_tables > DET_ROPE_TABLES_MAX || m->attn_scale_dim < 1 || m->ple_dim < 0 ||
+      (m->ple_dim > 0 && (!m->ple_embed || !m->ple_proj_norm)))
     return false;
-  for (int64_t l = 0; l < m->n_layers; ++l)
-    if (m->layers[l].window < 0 || m->layers[l].rope_table < 0 || m->layers[l].rope_table >= m->rope_tables)
+  for (int64_t t = 0; t < m->rope_tables; ++t) {
+    const det_rope_table& r = m->rope[t];
+    if (r.pairs < 0 || r.half < r.pairs || r.offset < 0 || r.offset + r.pairs > m->rope_pairs) return false;
+  }
+  for (int64_t l = 0; l < m->n_layers; ++l) {
+    const det_llama_layer& L = m->layers[l];
+    const int64_t s = L.kv_source;
+    if (L.window < 0 || L.rope_table < 0 || L.rope_table >= m->rope_tables || L.head_dim < 1 ||
+        L.head_dim > m->head_dim || L.inter < 1 || L.inter > m->inter || 2 * m->rope[L.rope_table].half > L.head_dim ||
+        s < 0 || s > l || m->layers[s].kv_source != s || m->layers[s].head_dim != L.head_dim ||
+        L.kv_offset != m->layers[s].kv_offset || L.kv_offset < 0 ||
+        L.kv_offset + m->n_kv_heads * L.head_dim > m->kv_row)
       return false;
+  }
   return det_llama_every_projection(m, [](const det_matrix& w) { return det_matrix_valid(w); });
 }
 

@@ -12,3 +12,9 @@ DET_HD float det_rsqrt_f32(float x) {
   if (det_isnan_f32(x) || x < 0.0f) return det_nan_f32();
   return det_f64_to_f32(det_div_f64(1.0, det_sqrt_f64((double)x)));
 }
+
+// sqrt(x) for fp32 x: fl32(fl64(sqrt(x))). fp64 carries more than 2*24 + 2 bits, so the double
+// rounding is innocuous: this is IEEE's correctly rounded fp32 sqrt (Gemma's sqrt(hidden) scales).
+DET_HD float det_sqrt_f32(float x) {
+  return det_f64_to_f32(det_sqrt_f64((double)x));
+}

@@ -81,12 +81,18 @@ void add_residual(float* x, float* y, const float* out_norm, int64_t B, int64_t 
   add_into(x, y, B * H);
 }
 
-// Rotates each head of v (heads x head_dim) in place by the row's (sin, cos) table.
-void rope_heads(float* v, int64_t heads, int64_t head_dim, int64_t pairs, const det_sincos_f32* sc) {
+// Rotates each head of v (heads x head_dim) in place: pair (i, i + half) by the row's (sin, cos)
+// table entry i, for i < pairs.
+void rope_heads(float* v, int64_t heads, int64_t head_dim, const det_rope_table& t, const det_sincos_f32* sc) {
   for (int64_t h = 0; h < heads; ++h) {
     float* x = v + h * head_dim;
-    for (int64_t i = 0; i < pairs; ++i) det_rope_rotate_f32(&x[i], &x[i + pairs], sc[i]);
+    for (int64_t i = 0; i < t.pairs; ++i) det_rope_rotate_f32(&x[i], &x[i + t.half], sc[i]);
   }
+}
+
+// x = fl(x * s) elementwise (Gemma-4's layer scalar).
+DET_CPU_CLONES void scale_into(float* x, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = det_mul_f32(x[i], s);
 }
 
 // ---- attention of one (row, head): docs/SPEC.md §13.4 -------------------------------------------
@@ -147,7 +153,7 @@ DET_CPU_CLONES void attend(const float* q, const float* kc, const float* vc, int
 
 // ---- one block of rows through the whole model ------------------------------------------------
 struct Block {
-  std::vector<float> x, h, q, k, v, att, gate, up, tmp;
+  std::vector<float> x, h, q, k, v, att, gate, up, tmp, ple;
   std::vector<det_sincos_f32> sc;
 };
 
@@ -171,37 +177,61 @@ int check_rows(const det_llama_model* m, int64_t n, const int32_t* tokens, const
   return DET_OK;
 }
 
+// Gemma-4's per-layer inputs of each row (docs/SPEC.md §13.7): ple (B, n_layers * P) =
+// fl(fl(RMSNorm_P(fl(x·Wproj * H^-1/2)) + fl(e * sqrt(P))) * 2^-1/2), per layer's P-slice.
+void per_layer_inputs(const det_llama_model* m, int64_t B, const int32_t* tokens, const float* x, Block& w) {
+  const int64_t H = m->hidden, P = m->ple_dim, LP = m->n_layers * P;
+  w.ple.resize(B * LP);
+  gemv(m->ple_model_proj, LP, H, x, B, w.ple.data());
+  const float proj_scale = det_rsqrt_f32((float)H), embed_scale = det_sqrt_f32((float)P);
+  const float half = det_rsqrt_f32(2.0f);
+  scale_into(w.ple.data(), proj_scale, B * LP);
+  rmsnorm(w.ple.data(), m->ple_proj_norm, w.ple.data(), B * m->n_layers, P, m->rms_eps);
+  for (int64_t b = 0; b < B; ++b) {
+    const uint16_t* e = m->ple_embed + (int64_t)tokens[b] * LP;
+    float* y = w.ple.data() + b * LP;
+    for (int64_t i = 0; i < LP; ++i)
+      y[i] = det_mul_f32(det_add_f32(y[i], det_mul_f32(det_bf16_to_f32(e[i]), embed_scale)), half);
+  }
+}
+
 void forward_block(const det_llama_model* m, int64_t B, const int32_t* tokens,
                    const int64_t* positions, det_kv_cache* const* caches,
                    const uint8_t* want_logits, float* logits, Block& w) {
-  const int64_t H = m->hidden, D = m->head_dim, QD = m->n_heads * D, KVD = m->n_kv_heads * D;
-  const int64_t I = m->inter, pairs = m->rope_pairs, tables = m->rope_tables, group = m->n_heads / m->n_kv_heads;
+  const int64_t H = m->hidden, Dmax = m->head_dim, QDmax = m->n_heads * Dmax, KVDmax = m->n_kv_heads * Dmax;
+  const int64_t Imax = m->inter, pairs = m->rope_pairs, group = m->n_heads / m->n_kv_heads, P = m->ple_dim;
   const float scale = det_rsqrt_f32((float)m->attn_scale_dim);
-  w.x.resize(B * H); w.h.resize(B * std::max(H, QD)); w.q.resize(B * QD); w.k.resize(B * KVD);
-  w.v.resize(B * KVD); w.att.resize(B * QD); w.gate.resize(B * I); w.up.resize(B * I);
-  w.tmp.resize(B * std::max(H, I)); w.sc.resize(B * tables * pairs);
+  w.x.resize(B * H); w.h.resize(B * std::max(H, QDmax)); w.q.resize(B * QDmax); w.k.resize(B * KVDmax);
+  w.v.resize(B * KVDmax); w.att.resize(B * QDmax); w.gate.resize(B * std::max(Imax, P)); w.up.resize(B * Imax);
+  w.tmp.resize(B * std::max(H, Imax)); w.sc.resize(B * pairs);
 
   for (int64_t b = 0; b < B; ++b) {
     const uint16_t* e = m->embed + (int64_t)tokens[b] * H;
     for (int64_t i = 0; i < H; ++i) w.x[b * H + i] = det_mul_f32(det_bf16_to_f32(e[i]), m->embed_scale);
-    for (int64_t i = 0; i < tables * pairs; ++i)  // row b's tables at (b * tables + table) * pairs
-      w.sc[b * tables * pairs + i] = det_sincos_f64(det_rope_angle_f64(positions[b], m->inv_freq[i]));
+    for (int64_t i = 0; i < pairs; ++i)  // every table's pairs, table t from rope[t].offset
+      w.sc[b * pairs + i] = det_sincos_f64(det_rope_angle_f64(positions[b], m->inv_freq[i]));
   }
+  if (P > 0) per_layer_inputs(m, B, tokens, w.x.data(), w);
 
   for (int64_t l = 0; l < m->n_layers; ++l) {
     const det_llama_layer& L = m->layers[l];
+    const int64_t D = L.head_dim, QD = m->n_heads * D, KVD = m->n_kv_heads * D, I = L.inter;
+    const det_rope_table& rope = m->rope[L.rope_table];
+    const bool own_kv = L.kv_source == l;
     rmsnorm(w.x.data(), L.attn_norm, w.h.data(), B, H, m->rms_eps);
     const GemvPart qkv[3] = {{&L.wq, QD, w.q.data()}, {&L.wk, KVD, w.k.data()}, {&L.wv, KVD, w.v.data()}};
-    gemv_parts(qkv, 3, H, w.h.data(), B);
+    gemv_parts(qkv, own_kv ? 3 : 1, H, w.h.data(), B);
     if (L.q_norm) rmsnorm(w.q.data(), L.q_norm, w.q.data(), B * m->n_heads, D, m->rms_eps);
-    if (L.k_norm) rmsnorm(w.k.data(), L.k_norm, w.k.data(), B * m->n_kv_heads, D, m->rms_eps);
+    if (own_kv && L.k_norm) rmsnorm(w.k.data(), L.k_norm, w.k.data(), B * m->n_kv_heads, D, m->rms_eps);
+    if (own_kv && L.v_norm) rmsnorm(w.v.data(), L.v_norm, w.v.data(), B * m->n_kv_heads, D, m->rms_eps);
     for (int64_t b = 0; b < B; ++b) {
-      const det_sincos_f32* sc = w.sc.data() + (b * tables + L.rope_table) * pairs;
-      rope_heads(w.q.data() + b * QD, m->n_heads, D, pairs, sc);
-      rope_heads(w.k.data() + b * KVD, m->n_kv_heads, D, pairs, sc);
+      const det_sincos_f32* sc = w.sc.data() + b * pairs + rope.offset;
+      rope_heads(w.q.data() + b * QD, m->n_heads, D, rope, sc);
+      if (!own_kv) continue;
+      rope_heads(w.k.data() + b * KVD, m->n_kv_heads, D, rope, sc);
       const det_kv_cache* c = caches[b];
-      memcpy(c->k + (l * c->capacity + positions[b]) * KVD, w.k.data() + b * KVD, KVD * sizeof(float));
-      memcpy(c->v + (l * c->capacity + positions[b]) * KVD, w.v.data() + b * KVD, KVD * sizeof(float));
+      memcpy(c->k + positions[b] * m->kv_row + L.kv_offset, w.k.data() + b * KVD, KVD * sizeof(float));
+      memcpy(c->v + positions[b] * m->kv_row + L.kv_offset, w.v.data() + b * KVD, KVD * sizeof(float));
     }
     det_parallel_chunks(B * m->n_heads, [&](int64_t t0, int64_t t1) {
       AttnScratch s;
@@ -211,9 +241,8 @@ void forward_block(const det_llama_model* m, int64_t B, const int32_t* tokens,
         const int64_t b = t / m->n_heads, hd = t % m->n_heads, g = hd / group, p = positions[b];
         const det_kv_cache* c = caches[b];
         const int64_t lo = L.window > 0 ? std::max<int64_t>(0, p - L.window + 1) : 0;
-        attend(w.q.data() + b * QD + hd * D, c->k + l * c->capacity * KVD + g * D,
-               c->v + l * c->capacity * KVD + g * D, KVD, D, lo, p, scale,
-               w.att.data() + b * QD + hd * D, s);
+        attend(w.q.data() + b * QD + hd * D, c->k + L.kv_offset + g * D, c->v + L.kv_offset + g * D, m->kv_row,
+               D, lo, p, scale, w.att.data() + b * QD + hd * D, s);
       }
     });
     gemv(L.wo, H, QD, w.att.data(), B, w.tmp.data());
@@ -222,6 +251,15 @@ void forward_block(const det_llama_model* m, int64_t B, const int32_t* tokens,
     gemv_gate_up_act((int)m->act, L.w_gate, L.w_up, I, H, w.h.data(), B, w.gate.data(), w.up.data());
     gemv(L.w_down, H, I, w.gate.data(), B, w.tmp.data());
     add_residual(w.x.data(), w.tmp.data(), L.mlp_out_norm, B, H, m->rms_eps);
+    if (P > 0) {  // Gemma-4's per-layer input: x += RMSNorm((gelu(x·Wgate) * ple_l)·Wproj)
+      gemv(L.ple_gate, P, H, w.x.data(), B, w.gate.data());
+      for (int64_t b = 0; b < B; ++b)
+        det_act_mul(DET_ACT_GELU_TANH, w.gate.data() + b * P, w.ple.data() + (b * m->n_layers + l) * P,
+                    w.gate.data() + b * P, P);
+      gemv(L.ple_proj, H, P, w.gate.data(), B, w.tmp.data());
+      add_residual(w.x.data(), w.tmp.data(), L.ple_out_norm, B, H, m->rms_eps);
+    }
+    if (L.scalar) scale_into(w.x.data(), *L.scalar, B * H);
   }
 
   // Final norm and the head, for the rows that want logits (gathered first).
@@ -234,6 +272,8 @@ void forward_block(const det_llama_model* m, int64_t B, const int32_t* tokens,
   if (nw == 0) return;
   rmsnorm(w.x.data(), m->final_norm, w.h.data(), nw, H, m->rms_eps);
   gemv(det_dense_matrix(m->lm_head), m->vocab, H, w.h.data(), nw, logits);
+  if (m->softcap)
+    for (int64_t i = 0; i < nw * m->vocab; ++i) logits[i] = det_softcap_f32(logits[i], *m->softcap);
 }
 
 }  // namespace

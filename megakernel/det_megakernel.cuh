@@ -203,7 +203,7 @@ DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int nb, const int32_t* src_ro
 DET_DEV void det_mk_embed_rows(const det_mk_ctx& c) {
   const det_llama_model& m = c.P->model;
   const det_mk_tile& t = *c.tile;
-  const int64_t H = m.hidden, pairs = m.rope_tables * m.rope_pairs;  // every table's pairs, per row
+  const int64_t H = m.hidden, pairs = m.rope_pairs;  // every table's pairs, per row
   const int64_t gt = (int64_t)det_block() * det_threads() + det_thread(), gn = (int64_t)det_blocks() * det_threads();
   for (int64_t e = gt; e < t.n * H; e += gn) c.P->ws.x[e] = det_mk_embedding(m, t.token[e / H], e % H);
   for (int64_t e = gt; e < t.n * pairs; e += gn) {
@@ -247,13 +247,14 @@ DET_DEV_NOINLINE void det_mk_phase_rope(const det_mk_ctx& c, int64_t l) {
   const det_llama_layer& L = m.layers[l];
   const det_mk_workspace& ws = c.P->ws;
   const det_mk_tile& t = *c.tile;
-  const int64_t D = m.head_dim, QD = m.n_heads * D, KVD = m.n_kv_heads * D, pairs = m.rope_pairs;
+  const int64_t D = m.head_dim, QD = m.n_heads * D, KVD = m.n_kv_heads * D;
+  const det_rope_table& rope = m.rope[L.rope_table];
   const int64_t per_row = m.n_heads + 2 * m.n_kv_heads;
   const int lane = det_lane();
   for (int64_t task = c.gwarp; task < t.n * per_row; task += c.nwarps) {
     const int64_t b = task / per_row, j = task % per_row;
     const det_mk_seq& sq = c.P->prog.seqs[t.seq[b]];
-    const int64_t at = (l * sq.capacity + t.pos[b]) * KVD;  // this row's cache entry
+    const int64_t at = t.pos[b] * m.kv_row + L.kv_offset;  // this row's cache entry
     if (j >= m.n_heads + m.n_kv_heads) {
       const int64_t h = j - m.n_heads - m.n_kv_heads;
       for (int64_t d = lane; d < D; d += DET_WARP) sq.v[at + h * D + d] = ws.v[b * KVD + h * D + d];
@@ -268,9 +269,9 @@ DET_DEV_NOINLINE void det_mk_phase_rope(const det_mk_ctx& c, int64_t l) {
       for (int64_t d = lane; d < D; d += DET_WARP) vec[d] = det_rmsnorm_scale_f32(vec[d], r, norm[d]);
       det_sync_warp();
     }
-    const float* sc = ws.sincos + 2 * (b * m.rope_tables + L.rope_table) * pairs;
-    for (int64_t i = lane; i < pairs; i += DET_WARP)
-      det_rope_rotate_f32(&vec[i], &vec[i + pairs], det_sincos_f32{sc[2 * i], sc[2 * i + 1]});
+    const float* sc = ws.sincos + 2 * (b * m.rope_pairs + rope.offset);
+    for (int64_t i = lane; i < rope.pairs; i += DET_WARP)
+      det_rope_rotate_f32(&vec[i], &vec[i + rope.half], det_sincos_f32{sc[2 * i], sc[2 * i + 1]});
     det_sync_warp();
     if (!is_q)
       for (int64_t d = lane; d < D; d += DET_WARP) sq.k[at + h * D + d] = vec[d];
@@ -294,8 +295,8 @@ DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
   for (int64_t task = c.gwarp; task < t.n * m.n_heads; task += c.nwarps) {
     const int64_t b = task / m.n_heads, hq = task % m.n_heads, g = hq / group, p = t.pos[b];
     const det_mk_seq& sq = c.P->prog.seqs[t.seq[b]];
-    const float* kc = sq.k + l * sq.capacity * KVD + g * D;
-    const float* vc = sq.v + l * sq.capacity * KVD + g * D;
+    const float* kc = sq.k + m.layers[l].kv_offset + g * D;  // position j at kc + j * kv_row
+    const float* vc = sq.v + m.layers[l].kv_offset + g * D;
     const int64_t lo = W > 0 && p - W + 1 > 0 ? p - W + 1 : 0;
     const bool lane_q = 8 * lane < D;
     float qv[8];
@@ -310,7 +311,7 @@ DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
         float acc[8][8];
         for (int s = 0; s < 8; ++s) {
           const bool live = lane_q && jg + s <= j1;
-          const float* kj = kc + (base + jg + s) * KVD + 8 * lane;
+          const float* kj = kc + (base + jg + s) * m.kv_row + 8 * lane;
           for (int i = 0; i < 8; ++i) acc[s][i] = live ? det_fma_f32(qv[i], kj[i], 0.0f) : 0.0f;
         }
         det_mk_warp_tree<8>(acc);
@@ -339,7 +340,7 @@ DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
         for (int i = 0; i < 8; ++i) {
           const int64_t j = 8 * lane + i;
           const bool live = j >= j0 && j <= j1;
-          const float* vj = vc + (base + j) * KVD + d0;
+          const float* vj = vc + (base + j) * m.kv_row + d0;
           for (int s = 0; s < 8; ++s) oa[s][i] = live ? det_fma_f32(ex[j], vj[s], 0.0f) : 0.0f;
         }
         det_mk_warp_tree<8>(oa);

@@ -35,7 +35,7 @@ struct det_mk_geometry {
 };
 
 struct det_mk_seq {
-  float* k;  // (n_layers, capacity, kv_heads*head_dim)
+  float* k;  // (capacity, kv_row): det_kv_cache's layout
   float* v;
   int64_t capacity;
 };
@@ -72,7 +72,7 @@ struct det_mk_workspace {
   float* att;     // (rows, heads*head_dim) attention output
   float* act;     // (rows, inter) silu(gate) * up
   float* logits;  // (rows, vocab) generate mode without step_logits
-  float* sincos;  // (rows, rope_tables, rope_pairs, 2) the rows' rope (sin, cos)
+  float* sincos;  // (rows, rope_pairs, 2) the rows' rope (sin, cos), every table's pairs
   float* sample_e;        // (rows, vocab) the sampler's scratch (det_sample_f32)
   int32_t* sample_heap;   // (rows, vocab)
   int32_t* next_token;   // (DET_MK_ROWS_MAX,) each sequence's latest argmax

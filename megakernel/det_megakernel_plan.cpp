@@ -17,7 +17,7 @@ int64_t up4(int64_t n) { return (n + 3) / 4 * 4; }
 Sizes sizes(const det_llama_model* m, int rows) {
   const int64_t QD = m->n_heads * m->head_dim, KVD = m->n_kv_heads * m->head_dim;
   return {up4(rows * m->hidden), up4(rows * QD),       up4(rows * KVD),           up4(rows * QD),
-          up4(rows * m->inter),  up4(rows * m->vocab), up4(rows * m->rope_tables * m->rope_pairs * 2)};
+          up4(rows * m->inter),  up4(rows * m->vocab), up4(rows * m->rope_pairs * 2)};
 }
 
 int fail(const char** why, int code, const char* text) {
@@ -62,6 +62,16 @@ int det_mk_check_model(const det_llama_model* m, const char** why) {
   if (m->vocab > (int64_t)1 << 30 || m->n_layers < 1 || m->n_heads < 1 || m->n_kv_heads < 1 ||
       m->n_heads % m->n_kv_heads)
     return fail(why, DET_MK_ERR_SHAPE, "inconsistent model shape (heads, kv heads, layers or vocab)");
+  // Gemma-4's features are not in the megakernel yet: refused here with a sentence (docs/SPEC.md §14).
+  bool uniform = m->ple_dim == 0 && !m->softcap;
+  for (int64_t l = 0; uniform && m->layers && l < m->n_layers; ++l) {
+    const det_llama_layer& L = m->layers[l];
+    uniform = L.head_dim == m->head_dim && L.inter == m->inter && L.kv_source == l && !L.v_norm && !L.scalar;
+  }
+  if (!uniform)
+    return fail(why, DET_MK_ERR_SHAPE, "the megakernel does not run Gemma-4's features yet (per-layer head sizes "
+                                       "or MLP widths, KV sharing, per-layer inputs, v norm, layer scalars, logit "
+                                       "softcapping); use the CPU engine (device='cpu')");
   if (!det_llama_model_valid(m))
     return fail(why, DET_MK_ERR_SHAPE, "a projection is neither dense bf16 nor nf4 with absmax, codebook and a "
                                        "block of 8 to 2^20 elements, or a switch (activation, rope tables, a "

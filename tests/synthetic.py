@@ -47,9 +47,59 @@ CONFIGS = {
         final_logit_softcapping=None, attn_logit_softcapping=None,
         rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
                          "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
+    # Gemma-4's text model shaped like E2B at a small width: four sliding layers then a full one
+    # (twice), full layers with twice the head size and proportional rope on a quarter of it, the
+    # last four layers reading earlier layers' K/V with double-wide MLPs, per-layer inputs, a
+    # softcapped head.
+    "gemma4": dict(
+        architectures=["Gemma4ForCausalLM"], model_type="gemma4_text", vocab_size=1000, hidden_size=128,
+        intermediate_size=256, num_hidden_layers=10, num_attention_heads=4, num_key_value_heads=1,
+        head_dim=32, global_head_dim=64, rms_norm_eps=1e-6, max_position_embeddings=2048,
+        tie_word_embeddings=True, hidden_activation="gelu_pytorch_tanh", bos_token_id=2, eos_token_id=1,
+        pad_token_id=0, sliding_window=40, layer_types=(["sliding_attention"] * 4 + ["full_attention"]) * 2,
+        num_kv_shared_layers=4, use_double_wide_mlp=True, hidden_size_per_layer_input=16,
+        vocab_size_per_layer_input=1000, final_logit_softcapping=30.0, attention_k_eq_v=False,
+        enable_moe_block=False,
+        rope_parameters={"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                            "rope_theta": 1000000.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
 }
-# Gemma's norms multiply by 1 + w, so its weights sit around 0 rather than 1.
+# Gemma-3's norms multiply by 1 + w, so its weights sit around 0 rather than 1.
 _NORM_OFFSET = {"gemma3": 0.0}
+
+
+def _gemma4_state_dict(c, seed):
+    """Gemma-4 weights: q/k norm multipliers around 0.4 (its scores are not scaled by 1/sqrt(D),
+    so multipliers near 1 make a random model chaotic), layer scalars in [0.5, 1]."""
+    H, V, P, L = c["hidden_size"], c["vocab_size"], c["hidden_size_per_layer_input"], c["num_hidden_layers"]
+    first_shared = L - c["num_kv_shared_layers"]
+    sd = {"model.embed_tokens.weight": irwin_hall_bf16("embed", (V, H), -4, seed=seed),
+          "model.norm.weight": irwin_hall_bf16("norm", (H,), -3, 1.0, seed),
+          "model.embed_tokens_per_layer.weight": irwin_hall_bf16("ple_embed", (V, L * P), -4, seed=seed),
+          "model.per_layer_model_projection.weight": irwin_hall_bf16("ple_proj", (L * P, H), -3, seed=seed),
+          "model.per_layer_projection_norm.weight": irwin_hall_bf16("ple_norm", (P,), -3, 1.0, seed)}
+    for i in range(L):
+        p = f"model.layers.{i}."
+        full = c["layer_types"][i] == "full_attention"
+        D = c["global_head_dim"] if full else c["head_dim"]
+        I = c["intermediate_size"] * (2 if i >= first_shared else 1)
+        QD, KVD = c["num_attention_heads"] * D, c["num_key_value_heads"] * D
+        shapes = {"self_attn.q_proj.weight": (QD, H), "self_attn.o_proj.weight": (H, QD),
+                  "mlp.gate_proj.weight": (I, H), "mlp.up_proj.weight": (I, H), "mlp.down_proj.weight": (H, I),
+                  "per_layer_input_gate.weight": (P, H), "per_layer_projection.weight": (H, P)}
+        norms = {"self_attn.q_norm.weight": D, "input_layernorm.weight": H, "post_attention_layernorm.weight": H,
+                 "pre_feedforward_layernorm.weight": H, "post_feedforward_layernorm.weight": H,
+                 "post_per_layer_input_norm.weight": H}
+        if i < first_shared:
+            shapes.update({"self_attn.k_proj.weight": (KVD, H), "self_attn.v_proj.weight": (KVD, H)})
+            norms["self_attn.k_norm.weight"] = D
+        for n, shape in shapes.items():
+            sd[p + n] = irwin_hall_bf16(p + n, shape, -2, seed=seed)
+        for n, size in norms.items():
+            qk = n.startswith("self_attn")
+            sd[p + n] = irwin_hall_bf16(p + n, (size,), -3, 0.4 if qk else 1.0, seed)
+        sd[p + "layer_scalar"] = irwin_hall_bf16(p + "layer_scalar", (1,), -2, 0.75, seed)
+    return sd
 
 
 def _seed(name, seed):
@@ -72,6 +122,8 @@ def irwin_hall_bf16(name, shape, log2_scale, offset=0.0, seed=0):
 
 def state_dict(family, seed=0):
     c = CONFIGS[family]
+    if c["model_type"] == "gemma4_text":
+        return _gemma4_state_dict(c, seed)
     H, D, I, V = c["hidden_size"], c["head_dim"], c["intermediate_size"], c["vocab_size"]
     QD, KVD = c["num_attention_heads"] * D, c["num_key_value_heads"] * D
     one = _NORM_OFFSET.get(family, 1.0)

@@ -172,7 +172,7 @@ def test_matches_transformers_float64(di, tmp_root, name):
     else:
         ids = synthetic.token_sequence(300, mm.config.vocab_size, 7)  # 3 chunks, past the sliding window
     ours = mm.teacher_forced_logits(ids).double()
-    ref = hf_reference.logits_float64(hf_reference.load_float64(str(directory), mm._inv_freq), ids)
+    ref = hf_reference.logits_float64(hf_reference.load_float64(str(directory), mm._inv_freq, mm.config), ids)
     dev = (ours - ref).abs()
     top2 = ref.topk(2, dim=-1).values
     decided = (top2[:, 0] - top2[:, 1]) > 2 * dev.max()

@@ -1,6 +1,7 @@
 // model_args.cpp: see model_args.h.
 #include "model_args.h"
 
+
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -77,87 +78,62 @@ det_matrix matrix_view(const torch::Tensor& w, const torch::Tensor& absmax, int6
 
 Assembled assemble(const std::vector<torch::Tensor>& w, const std::vector<torch::Tensor>& scales,
                    c10::IntArrayRef cfg, double eps, const torch::Tensor& inv_freq, const torch::Device& device) {
-  TORCH_CHECK_VALUE(cfg.size() >= CFG_COUNT && cfg[CFG_LAYERS] >= 0 &&
-                        (int64_t)cfg.size() == CFG_COUNT + 2 * cfg[CFG_LAYERS],
-                    "det-infer: cfg has ", cfg.size(), " fields, expected ", CFG_COUNT, " + 2 per layer");
-  for (size_t i = 0; i < cfg.size(); ++i)
-    TORCH_CHECK_VALUE(cfg[i] >= 0, "det-infer: cfg field ", i, " is negative");
-  Assembled a{};
-  det_llama_model& m = a.model;
-  m.hidden = cfg[CFG_HIDDEN]; m.n_layers = cfg[CFG_LAYERS]; m.n_heads = cfg[CFG_HEADS];
-  m.n_kv_heads = cfg[CFG_KV_HEADS]; m.head_dim = cfg[CFG_HEAD_DIM]; m.inter = cfg[CFG_INTER];
-  m.vocab = cfg[CFG_VOCAB]; m.rope_pairs = cfg[CFG_ROPE_PAIRS]; m.rope_tables = cfg[CFG_ROPE_TABLES];
-  m.act = cfg[CFG_ACT]; m.attn_scale_dim = cfg[CFG_ATTN_SCALE_DIM];
-  m.rms_eps = (float)eps;
-  TORCH_CHECK_VALUE(m.hidden > 0 && m.n_layers > 0 && m.n_heads > 0 && m.n_kv_heads > 0 && m.head_dim > 0 &&
-                        m.inter > 0 && m.vocab > 0 && m.n_heads % m.n_kv_heads == 0 &&
-                        2 * m.rope_pairs <= m.head_dim && m.rope_tables >= 1 &&
-                        m.rope_tables <= DET_ROPE_TABLES_MAX && m.attn_scale_dim >= 1 &&
-                        (m.act == DET_ACT_SILU || m.act == DET_ACT_GELU_TANH),
-                    "det-infer: inconsistent model config");
-  // Gemma's embedding scale: the correctly rounded fp32 square root of hidden (IEEE sqrt).
-  m.embed_scale = cfg[CFG_EMBED_SCALE] ? std::sqrt((float)m.hidden) : 1.0f;
-  const bool qk = cfg[CFG_QK_NORM] != 0, tied = cfg[CFG_TIED] != 0, out_norms = cfg[CFG_OUT_NORMS] != 0;
-  const size_t per_layer = 9 + (qk ? 2 : 0) + (out_norms ? 2 : 0), head = tied ? 2 : 3;
-  TORCH_CHECK_VALUE(w.size() == head + per_layer * m.n_layers, "det-infer: got ", w.size(),
-                    " weight tensors, expected ", head + per_layer * m.n_layers);
-  TORCH_CHECK_TYPE(inv_freq.scalar_type() == torch::kFloat64 && inv_freq.is_contiguous() &&
-                       inv_freq.numel() == m.rope_tables * m.rope_pairs && inv_freq.device() == device,
-                   "det-infer: inv_freq must be contiguous float64 with ", m.rope_tables, " x ", m.rope_pairs,
-                   " entries on ", device);
+  TORCH_CHECK_VALUE(det_cfg_well_formed(cfg.data(), cfg.size()), "det-infer: cfg has ", cfg.size(),
+                    " fields or a negative one; expected ", CFG_COUNT, " + ", CFG_PER_TABLE,
+                    " per rope table (1 or 2) + ", CFG_PER_LAYER, " per layer, none negative");
   TORCH_CHECK_VALUE(scales.empty() || scales.size() == w.size(), "det-infer: got ", scales.size(),
                     " scale tensors for ", w.size(), " weights (expected none or one per weight)");
-  auto matrix = [&](size_t i, int64_t rows, int64_t cols, const std::string& what) {
-    return matrix_view(w[i], scales.empty() ? torch::Tensor() : scales[i], rows, cols, what, device);
-  };
   for (size_t i = 0; i < scales.size(); ++i)
     TORCH_CHECK_VALUE(scales[i].numel() == 0 || w[i].scalar_type() == torch::kUInt8,
                       "det-infer: weight ", i, " has a scale tensor but is not uint8 nf4 codes");
+  // The weights in order, each checked (type, shape, device) as it is taken.
+  struct Taker {
+    const std::vector<torch::Tensor>& w;
+    const std::vector<torch::Tensor>& scales;
+    const torch::Device& device;
+    size_t i = 0;
+    size_t next(const std::string& what) {
+      TORCH_CHECK_VALUE(i < w.size(), "det-infer: got ", w.size(), " weight tensors; the config needs more (at ",
+                        what, ")");
+      return i++;
+    }
+    const uint16_t* bf16(int64_t rows, int64_t cols, const std::string& what) {
+      return bf16_ptr(w[next(what)], {rows, cols}, what, device);
+    }
+    det_matrix matrix(int64_t rows, int64_t cols, const std::string& what) {
+      const size_t k = next(what);
+      return matrix_view(w[k], scales.empty() ? torch::Tensor() : scales[k], rows, cols, what, device);
+    }
+    const float* norm(int64_t n, const std::string& what) { return f32_ptr(w[next(what)], n, what, device); }
+  } take{w, scales, device};
+  Assembled a{};
+  det_llama_model& m = a.model;
+  det_model_from_cfg(cfg.data(), m, a.layers, take);
+  TORCH_CHECK_VALUE(take.i == w.size(), "det-infer: got ", w.size(), " weight tensors, the config uses ", take.i);
+  m.rms_eps = (float)eps;
+  TORCH_CHECK_TYPE(inv_freq.scalar_type() == torch::kFloat64 && inv_freq.is_contiguous() &&
+                       inv_freq.numel() == m.rope_pairs && inv_freq.device() == device,
+                   "det-infer: inv_freq must be contiguous float64 with ", m.rope_pairs, " entries on ", device);
   m.inv_freq = inv_freq.data_ptr<double>();
-  const int64_t H = m.hidden, D = m.head_dim, QD = m.n_heads * D, KVD = m.n_kv_heads * D, I = m.inter;
-  m.embed = bf16_ptr(w[0], {m.vocab, H}, "embed_tokens", device);
-  m.final_norm = f32_ptr(w[1], H, "norm", device);
-  m.lm_head = tied ? m.embed : bf16_ptr(w[2], {m.vocab, H}, "lm_head", device);
-  a.layers.resize(m.n_layers);
-  for (int64_t l = 0; l < m.n_layers; ++l) {
-    size_t i = head + l * per_layer;
-    std::string p = "layers." + std::to_string(l) + ".";
-    det_llama_layer& L = a.layers[l];
-    L.attn_norm = f32_ptr(w[i++], H, p + "input_layernorm", device);
-    L.wq = matrix(i, QD, H, p + "q_proj"), ++i;
-    L.wk = matrix(i, KVD, H, p + "k_proj"), ++i;
-    L.wv = matrix(i, KVD, H, p + "v_proj"), ++i;
-    L.wo = matrix(i, H, QD, p + "o_proj"), ++i;
-    L.q_norm = qk ? f32_ptr(w[i++], D, p + "q_norm", device) : nullptr;
-    L.k_norm = qk ? f32_ptr(w[i++], D, p + "k_norm", device) : nullptr;
-    L.attn_out_norm = out_norms ? f32_ptr(w[i++], H, p + "attention output norm", device) : nullptr;
-    L.mlp_norm = f32_ptr(w[i++], H, p + "MLP input norm", device);
-    L.w_gate = matrix(i, I, H, p + "gate_proj"), ++i;
-    L.w_up = matrix(i, I, H, p + "up_proj"), ++i;
-    L.w_down = matrix(i, H, I, p + "down_proj"), ++i;
-    L.mlp_out_norm = out_norms ? f32_ptr(w[i++], H, p + "MLP output norm", device) : nullptr;
-    L.window = cfg[CFG_COUNT + 2 * l];
-    L.rope_table = cfg[CFG_COUNT + 2 * l + 1];
-    TORCH_CHECK_VALUE(L.rope_table < m.rope_tables, "det-infer: layer ", l, " uses rope table ", L.rope_table,
-                      " of ", m.rope_tables);
-  }
-  m.layers = a.layers.data();
+  TORCH_CHECK_VALUE(m.hidden > 0 && m.n_layers > 0 && m.n_heads > 0 && m.n_kv_heads > 0 && m.vocab > 0 &&
+                        m.n_heads % m.n_kv_heads == 0 && det_llama_model_valid(&m),
+                    "det-infer: inconsistent model config (shapes, switches, rope tables, or a layer's head size, "
+                    "MLP width or K/V source)");
   return a;
 }
 
 std::vector<det_kv_cache> cache_views(const det_llama_model& m, const std::vector<torch::Tensor>& caches,
                                       const torch::Device& device) {
   std::vector<det_kv_cache> out;
-  const int64_t KVD = m.n_kv_heads * m.head_dim;
   for (size_t i = 0; i < caches.size(); ++i) {
     const torch::Tensor& c = caches[i];
     TORCH_CHECK_TYPE(c.scalar_type() == torch::kFloat32, "det-infer: KV cache ", i, " must be float32");
-    TORCH_CHECK_VALUE(c.device() == device && c.is_contiguous() && c.dim() == 4 && c.size(0) == 2 &&
-                          c.size(1) == m.n_layers && c.size(3) == KVD,
-                      "det-infer: KV cache ", i, " must be a contiguous (2, ", m.n_layers, ", capacity, ",
-                      KVD, ") float32 tensor on ", device, ", got ", c.sizes(), " on ", c.device());
+    TORCH_CHECK_VALUE(c.device() == device && c.is_contiguous() && c.dim() == 3 && c.size(0) == 2 &&
+                          c.size(2) == m.kv_row,
+                      "det-infer: KV cache ", i, " must be a contiguous (2, capacity, ", m.kv_row,
+                      ") float32 tensor on ", device, ", got ", c.sizes(), " on ", c.device());
     float* base = c.data_ptr<float>();
-    out.push_back({base, base + c.numel() / 2, c.size(2)});
+    out.push_back({base, base + c.numel() / 2, c.size(1)});
   }
   return out;
 }

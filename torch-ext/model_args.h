@@ -9,15 +9,8 @@
 #include <vector>
 
 #include "../contract/det_llama_model.h"
+#include "../det_infer_cpu/det_model_cfg.h"
 #include "../contract/det_sample.h"
-
-// cfg: the integer config, in this order (torch-ext/det_infer/config.py, LLAMA_CFG_FIELDS), then
-// two per layer: its attention window (0: full) and its rope table.
-enum {
-  CFG_HIDDEN, CFG_LAYERS, CFG_HEADS, CFG_KV_HEADS, CFG_HEAD_DIM, CFG_INTER, CFG_VOCAB,
-  CFG_ROPE_PAIRS, CFG_ROPE_TABLES, CFG_QK_NORM, CFG_TIED, CFG_OUT_NORMS, CFG_ACT, CFG_ATTN_SCALE_DIM,
-  CFG_EMBED_SCALE, CFG_COUNT
-};
 
 struct Assembled {
   det_llama_model model;

@@ -72,7 +72,9 @@ struct Model {
     const uint32_t code_bits[16] = DET_NF4_CODE_BITS;
     memcpy(code, code_bits, sizeof code);
     m.hidden = 64, m.n_layers = 2, m.n_heads = 4, m.n_kv_heads = 2, m.head_dim = 24, m.inter = 96, m.vocab = 300;
-    m.rope_pairs = 12, m.rope_tables = gemma ? 2 : 1, m.rms_eps = 1e-5f;
+    m.rope_tables = gemma ? 2 : 1, m.rms_eps = 1e-5f;
+    for (int t = 0; t < m.rope_tables; ++t) m.rope[t] = {12, 12, 12 * t};
+    m.rope_pairs = 12 * m.rope_tables;
     m.attn_scale_dim = gemma ? 20 : m.head_dim, m.act = gemma ? DET_ACT_GELU_TANH : DET_ACT_SILU;
     m.embed_scale = gemma ? sqrtf((float)m.hidden) : 1.0f;
     const float offset = gemma ? 1.0f : 0.0f;
@@ -80,7 +82,7 @@ struct Model {
     store.reserve(64);
     norms.reserve(64);
     for (int t = 0; t < m.rope_tables; ++t)
-      for (int i = 0; i < m.rope_pairs; ++i) inv_freq.push_back(pow(t ? 1e6 : 1e4, -2.0 * i / (2.0 * m.rope_pairs)));
+      for (int i = 0; i < m.rope[t].pairs; ++i) inv_freq.push_back(pow(t ? 1e6 : 1e4, -2.0 * i / 24.0));
     m.inv_freq = inv_freq.data();
     m.embed = tensor(m.vocab * H, gemma ? 0.15f : 1.0f);
     m.final_norm = norm(H, offset);
@@ -102,9 +104,11 @@ struct Model {
       L.mlp_out_norm = gemma ? norm(H, offset) : nullptr;
       L.window = gemma ? (l == 0 ? window : 0) : window;
       L.rope_table = gemma && l == 0 ? 1 : 0;
+      L.head_dim = m.head_dim, L.inter = m.inter, L.kv_source = l, L.kv_offset = l * KVD;
       layers.push_back(L);
     }
     m.layers = layers.data();
+    m.kv_row = m.n_layers * KVD;
   }
 };
 
@@ -113,7 +117,7 @@ struct Caches {
   std::vector<det_kv_cache> views;
   Caches(const det_llama_model& m, int n, int64_t cap) {
     for (int i = 0; i < n; ++i) {
-      k.emplace_back(m.n_layers * cap * m.n_kv_heads * m.head_dim, 0.0f);
+      k.emplace_back(cap * m.kv_row, 0.0f);
       v.emplace_back(k.back().size(), 0.0f);
     }
     for (int i = 0; i < n; ++i) views.push_back({k[i].data(), v[i].data(), cap});

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "det_infer_cpu/det_llama_cpu.h"
+#include "det_infer_cpu/det_model_cfg.h"
 
 namespace {
 
@@ -50,45 +51,36 @@ int main(int argc, char** argv) {
   char magic[4];
   need(fread(magic, 1, 4, in) == 4 && memcmp(magic, "DETM", 4) == 0, "magic");
   const std::vector<int64_t> cfg = read_array<int64_t>(read_i64());
-  need(cfg.size() >= 15 && (int64_t)cfg.size() == 15 + 2 * cfg[1], "config");
+  need(det_cfg_well_formed(cfg.data(), cfg.size()), "config");
   double eps;
   need(fread(&eps, 8, 1, in) == 1, "eps");
-  det_llama_model m{};
-  m.hidden = cfg[0], m.n_layers = cfg[1], m.n_heads = cfg[2], m.n_kv_heads = cfg[3], m.head_dim = cfg[4];
-  m.inter = cfg[5], m.vocab = cfg[6], m.rope_pairs = cfg[7], m.rope_tables = cfg[8], m.rms_eps = (float)eps;
-  const bool qk = cfg[9] != 0, tied = cfg[10] != 0, out_norms = cfg[11] != 0;
-  m.act = cfg[12], m.attn_scale_dim = cfg[13], m.embed_scale = cfg[14] ? sqrtf((float)m.hidden) : 1.0f;
   const std::vector<double> inv_freq = read_array<double>(read_i64());
-  need((int64_t)inv_freq.size() == m.rope_tables * m.rope_pairs, "inv_freq");
-  m.inv_freq = inv_freq.data();
   std::vector<std::vector<uint8_t>> t(read_i64());
   for (auto& x : t) x = read_array<uint8_t>(read_i64());
-  auto bf16 = [&](size_t i) { return (const uint16_t*)t[i].data(); };
-  auto f32 = [&](size_t i) { return (const float*)t[i].data(); };
-  const size_t per_layer = 9 + (qk ? 2 : 0) + (out_norms ? 2 : 0), head = tied ? 2 : 3;
-  need(t.size() == head + per_layer * m.n_layers, "tensor count");
-  m.embed = bf16(0), m.final_norm = f32(1), m.lm_head = tied ? m.embed : bf16(2);
-  std::vector<det_llama_layer> layers(m.n_layers);
-  for (int64_t l = 0; l < m.n_layers; ++l) {
-    size_t i = head + l * per_layer;
-    det_llama_layer& L = layers[l];
-    L.attn_norm = f32(i++), L.wq.bf16 = bf16(i++), L.wk.bf16 = bf16(i++), L.wv.bf16 = bf16(i++);
-    L.wo.bf16 = bf16(i++);
-    L.q_norm = qk ? f32(i++) : nullptr;
-    L.k_norm = qk ? f32(i++) : nullptr;
-    L.attn_out_norm = out_norms ? f32(i++) : nullptr;
-    L.mlp_norm = f32(i++), L.w_gate.bf16 = bf16(i++), L.w_up.bf16 = bf16(i++);
-    L.w_down.bf16 = bf16(i++);
-    L.mlp_out_norm = out_norms ? f32(i++) : nullptr;
-    L.window = cfg[15 + 2 * l], L.rope_table = cfg[16 + 2 * l];
-  }
-  m.layers = layers.data();
+  // The tensors in order, each of the byte size its shape says (dense bf16 projections only).
+  struct Taker {
+    std::vector<std::vector<uint8_t>>& t;
+    size_t i = 0;
+    const uint8_t* next(int64_t bytes) {
+      need(i < t.size() && (int64_t)t[i].size() == bytes, "tensor size");
+      return t[i++].data();
+    }
+    const uint16_t* bf16(int64_t rows, int64_t cols, const std::string&) { return (const uint16_t*)next(2 * rows * cols); }
+    det_matrix matrix(int64_t rows, int64_t cols, const std::string& what) { return det_dense_matrix(bf16(rows, cols, what)); }
+    const float* norm(int64_t n, const std::string&) { return (const float*)next(4 * n); }
+  } take{t};
+  det_llama_model m{};
+  std::vector<det_llama_layer> layers;
+  det_model_from_cfg(cfg.data(), m, layers, take);
+  need(take.i == t.size() && (int64_t)inv_freq.size() == m.rope_pairs, "tensor count");
+  m.rms_eps = (float)eps, m.inv_freq = inv_freq.data();
+  need(det_llama_model_valid(&m), "model");
   const std::vector<int32_t> teacher = read_array<int32_t>(read_i64()), prompt = read_array<int32_t>(read_i64());
-  const int64_t max_new = read_i64(), V = m.vocab, KVD = m.n_kv_heads * m.head_dim;
+  const int64_t max_new = read_i64(), V = m.vocab;
 
   auto cache = [&](int64_t cap, std::vector<float>& store) {
-    store.assign(2 * m.n_layers * cap * KVD, 0.0f);
-    return det_kv_cache{store.data(), store.data() + m.n_layers * cap * KVD, cap};
+    store.assign(2 * cap * m.kv_row, 0.0f);
+    return det_kv_cache{store.data(), store.data() + cap * m.kv_row, cap};
   };
   std::vector<float> store;
   det_kv_cache c = cache((int64_t)teacher.size(), store);

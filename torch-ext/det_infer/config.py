@@ -16,16 +16,21 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3ForCausalLM": "qwen3",
     "MistralForCausalLM": "mistral",
     "Gemma3ForCausalLM": "gemma3",
+    "Gemma4ForCausalLM": "gemma4",
 }
-_MODEL_TYPES = {"llama": "llama", "qwen3": "qwen3", "mistral": "mistral", "gemma3_text": "gemma3"}
+_MODEL_TYPES = {"llama": "llama", "qwen3": "qwen3", "mistral": "mistral", "gemma3_text": "gemma3",
+                "gemma4_text": "gemma4"}
+GEMMA = ("gemma3", "gemma4")
 # The MLP activation each family's config may name (transformers' ACT2FN names) -> the engine's
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 _ACT_CODES = {"silu": 0, "gelu_tanh": 1}  # DET_ACT_* in contract/det_llama_model.h
 
 LLAMA_CFG_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                    "head_dim", "intermediate_size", "vocab_size", "rope_pairs", "rope_tables", "qk_norm",
-                    "tie_word_embeddings", "out_norms", "act", "attn_scale_dim", "embed_scale")
-# ...followed by (window, rope table) for every layer.
+                    "max_head_dim", "max_intermediate_size", "vocab_size", "rope_tables", "qk_norm",
+                    "tie_word_embeddings", "out_norms", "act", "attn_scale_dim", "embed_scale", "v_norm",
+                    "ple_dim", "final_softcap", "layer_scalars")
+# ...followed by (pairs, pair offset) per rope table and LAYER_FIELDS per layer.
+LAYER_FIELDS = ("window", "rope_table", "head_dim", "intermediate_size", "kv_source")
 GEMMA_LAYER_TYPES = ("sliding_attention", "full_attention")
 
 
@@ -82,6 +87,14 @@ class ModelConfig:
     embed_scale: bool = False  # embeddings multiplied by fl32(sqrt(hidden_size))
     layer_types: tuple = ()  # Gemma: "sliding_attention" / "full_attention" per layer
     local_rope_parameters: dict = field(default=None, hash=False)  # rope of the sliding layers (table 1)
+    # Gemma-4's further differences (docs/SPEC.md §13.7).
+    global_head_dim: int = 0  # head size of the full-attention layers; 0: head_dim
+    kv_shared_layers: int = 0  # the last n layers attend over an earlier layer's K/V
+    double_wide_mlp: bool = False  # those layers' MLP is twice intermediate_size wide
+    ple_dim: int = 0  # per-layer input width (hidden_size_per_layer_input); 0: none
+    final_softcap: float = None  # logits = c * tanh(z / c)
+    v_norm: bool = False  # v heads are RMSNorm'ed (without a weight)
+    layer_scalars: bool = False  # each layer ends by multiplying the stream by its layer_scalar
 
     @staticmethod
     def from_dict(d: dict) -> "ModelConfig":
@@ -94,10 +107,11 @@ class ModelConfig:
         if family is None:
             raise ValueError(f"det-infer: unsupported architecture {archs or d.get('model_type')!r}; "
                              f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
-        act_key = "hidden_activation" if family == "gemma3" else "hidden_act"
-        act = d.get(act_key, "gelu_pytorch_tanh" if family == "gemma3" else "silu")
-        if ACTIVATIONS.get(act) != ("gelu_tanh" if family == "gemma3" else "silu"):
-            want = "gelu_pytorch_tanh" if family == "gemma3" else "silu"
+        gemma = family in GEMMA
+        act_key = "hidden_activation" if gemma else "hidden_act"
+        act = d.get(act_key, "gelu_pytorch_tanh" if gemma else "silu")
+        if ACTIVATIONS.get(act) != ("gelu_tanh" if gemma else "silu"):
+            want = "gelu_pytorch_tanh" if gemma else "silu"
             raise ValueError(f"det-infer: config field {act_key!r} = {act!r} is not supported (only {want!r})")
         quantization = bnb_io.check_config(d["quantization_config"]) if d.get("quantization_config") else None
         _flag_off(d, "attention_bias", "no attention biases")
@@ -114,11 +128,12 @@ class ModelConfig:
         head_dim = d.get("head_dim") or hidden // heads
         head_dim = _int({"head_dim": head_dim}, "head_dim")
         window = 0
-        if family in ("mistral", "gemma3") and d.get("sliding_window") is not None:
+        if family in ("mistral",) + GEMMA and d.get("sliding_window") is not None:
             window = _int(d, "sliding_window")
         elif family == "llama" and d.get("sliding_window"):
             raise ValueError("det-infer: config field 'sliding_window' is not supported for llama")
-        gemma = _gemma3_fields(d, window, head_dim) if family == "gemma3" else {}
+        gemma = _gemma3_fields(d, window, head_dim) if family == "gemma3" else \
+            _gemma4_fields(d, window, head_dim) if family == "gemma4" else {}
         eps = d.get("rms_norm_eps", 1e-6)
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
             raise ValueError(f"det-infer: config field 'rms_norm_eps' must be a positive number, got {eps!r}")
@@ -130,41 +145,86 @@ class ModelConfig:
             num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
             intermediate_size=_int(d, "intermediate_size"), vocab_size=_int(d, "vocab_size"),
             rms_norm_eps=float(eps), tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-            qk_norm=family in ("qwen3", "gemma3"), sliding_window=window,
+            qk_norm=family in ("qwen3",) + GEMMA, sliding_window=window,
             max_position_embeddings=_int(d, "max_position_embeddings", 4096),
             rope_parameters=params, eos_token_ids=eos, bos_token_id=d.get("bos_token_id"),
             quantization=quantization, hidden_act=ACTIVATIONS[act], **gemma)
         cfg.inv_freq()  # validates the rope settings now, with the config's error messages
         return cfg
 
-    def rotary_dim(self) -> int:
-        return int(self.head_dim * self.rope_parameters.get("partial_rotary_factor", 1.0))
+    # ---- the shapes of each layer and rope table (the engine's cfg) ------------------------------
+    def first_kv_shared_layer(self) -> int:
+        return self.num_hidden_layers - self.kv_shared_layers
+
+    def is_full_attention(self, l) -> bool:
+        return not self.layer_types or self.layer_types[l] == "full_attention"
+
+    def layer_head_dim(self, l) -> int:
+        return self.global_head_dim if self.global_head_dim and self.is_full_attention(l) else self.head_dim
+
+    def layer_intermediate_size(self, l) -> int:
+        wide = self.double_wide_mlp and l >= self.first_kv_shared_layer()
+        return self.intermediate_size * (2 if wide else 1)
+
+    def kv_source(self, l) -> int:
+        """The layer whose K/V layer l attends over: itself, or (Gemma-4's shared layers) the last
+        layer before the shared ones of the same attention type."""
+        first = self.first_kv_shared_layer()
+        if l < first:
+            return l
+        return max(i for i in range(first) if self.is_full_attention(i) == self.is_full_attention(l))
 
     def rope_tables(self) -> list:
-        """The rope settings of each inv_freq table: [all layers], or Gemma's [full, sliding]."""
-        return [self.rope_parameters] + ([self.local_rope_parameters] if self.local_rope_parameters else [])
+        """(rope settings, head size) of each table: [all layers], or Gemma's [full, sliding]."""
+        full = (self.rope_parameters, self.global_head_dim or self.head_dim)
+        return [full] + ([(self.local_rope_parameters, self.head_dim)] if self.local_rope_parameters else [])
+
+    def _table(self, params, head_dim):
+        return rope.inv_freq(head_dim, params, params.get("partial_rotary_factor", 1.0))
 
     def inv_freq(self):
-        """(tables * rotary_dim/2,) float64: the tables of rope_tables() one after the other."""
-        return torch.cat([rope.inv_freq(self.head_dim, p, p.get("partial_rotary_factor", 1.0))
-                          for p in self.rope_tables()])
+        """(pairs of all tables,) float64: the tables of rope_tables() one after the other."""
+        return torch.cat([self._table(p, d) for p, d in self.rope_tables()])
 
-    def layer_windows(self) -> list:
-        """Per layer: the attention window (0: full causal attention) and the rope table."""
-        if not self.layer_types:
-            return [(self.sliding_window, 0)] * self.num_hidden_layers
-        return [(self.sliding_window, 1) if t == "sliding_attention" else (0, 0) for t in self.layer_types]
+    def layer_rows(self) -> list:
+        """Per layer, the LAYER_FIELDS: attention window (0: full causal), rope table, head size,
+        MLP width, K/V source."""
+        rows = []
+        for l in range(self.num_hidden_layers):
+            if self.layer_types:
+                window, table = (0, 0) if self.is_full_attention(l) else (self.sliding_window, 1)
+            else:
+                window, table = self.sliding_window, 0
+            rows.append((window, table, self.layer_head_dim(l), self.layer_intermediate_size(l), self.kv_source(l)))
+        return rows
 
     def engine_ints(self) -> list:
-        """The integer config in LLAMA_CFG_FIELDS order, then (window, rope table) per layer."""
+        """LLAMA_CFG_FIELDS, then (pairs, pair offset) per rope table, then LAYER_FIELDS per layer."""
+        rows = self.layer_rows()
         ints = [self.hidden_size, self.num_hidden_layers, self.num_attention_heads, self.num_key_value_heads,
-                self.head_dim, self.intermediate_size, self.vocab_size, self.rotary_dim() // 2,
-                len(self.rope_tables()), int(self.qk_norm), int(self.tie_word_embeddings), int(self.out_norms),
-                _ACT_CODES[self.hidden_act], self.attn_scale_dim or self.head_dim, int(self.embed_scale)]
-        return ints + [v for pair in self.layer_windows() for v in pair]
+                max(r[2] for r in rows), max(r[3] for r in rows), self.vocab_size, len(self.rope_tables()),
+                int(self.qk_norm), int(self.tie_word_embeddings), int(self.out_norms), _ACT_CODES[self.hidden_act],
+                self.attn_scale_dim or self.head_dim, int(self.embed_scale), int(self.v_norm), self.ple_dim,
+                int(self.final_softcap is not None), int(self.layer_scalars)]
+        for pairs, half in self.rope_table_shapes():
+            ints += [pairs, half]
+        return ints + [v for row in rows for v in row]
+
+    def rope_table_shapes(self) -> list:
+        """(pairs, pair offset) of each rope table: pairs (x_i, x_{i + offset}) rotate, i < pairs."""
+        shapes = []
+        for params, head_dim in self.rope_tables():
+            pairs = len(self._table(params, head_dim))
+            shapes.append((pairs, rope.pair_offset(head_dim, params, pairs)))
+        return shapes
+
+    def kv_floats_per_position(self) -> int:
+        """Floats of K (and of V) a sequence caches per position: the layers with their own K/V."""
+        return sum(self.num_key_value_heads * self.layer_head_dim(l) for l in range(self.num_hidden_layers)
+                   if self.kv_source(l) == l)
 
     def kv_bytes_per_position(self) -> int:
-        return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * 4
+        return 2 * self.kv_floats_per_position() * 4
 
 
 def _gemma3_fields(d, window, head_dim):
@@ -199,3 +259,53 @@ def _gemma3_fields(d, window, head_dim):
     scalar = _int(d, "query_pre_attn_scalar", head_dim)
     return {"norm_offset": 1.0, "out_norms": True, "attn_scale_dim": scalar, "embed_scale": True,
             "layer_types": tuple(types), "rope_parameters": full, "local_rope_parameters": local}
+
+
+def _gemma4_fields(d, window, head_dim):
+    """The Gemma-4 switches of ModelConfig from a Gemma4ForCausalLM (gemma4_text) config: its
+    layer pattern, the full layers' head size and proportional rope, KV sharing, the per-layer
+    inputs, the final softcapping."""
+    for key, what in (("attention_k_eq_v", "full layers whose V is their K"),
+                      ("enable_moe_block", "mixture-of-experts blocks"),
+                      ("use_bidirectional_attention", "bidirectional attention"),
+                      ("attn_logit_softcapping", "softcapped attention scores")):
+        _flag_off(d, key, what)
+    n = _int(d, "num_hidden_layers")
+    types = d.get("layer_types")
+    if types is None:  # transformers' default: five sliding layers then a full one, the last full
+        types = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(n)]
+        types[-1] = "full_attention"
+    if not isinstance(types, (list, tuple)) or len(types) != n or any(t not in GEMMA_LAYER_TYPES for t in types):
+        raise ValueError(f"det-infer: config field 'layer_types' must list {n} entries of {GEMMA_LAYER_TYPES}, "
+                         f"got {types!r}")
+    if "sliding_attention" in types and window < 1:
+        raise ValueError("det-infer: Gemma sliding-attention layers need config field 'sliding_window'")
+    # The full layers' head size: "global_head_dim" (hub configs), or transformers 5's per-layer
+    # overrides {"04": {"head_dim": 512}, ...}; 512 when neither says.
+    global_dim = d.get("global_head_dim")
+    overrides = d.get("per_layer_config") or {}
+    for key, value in (overrides.items() if isinstance(overrides, dict) else ()):
+        if isinstance(value, dict) and "head_dim" in value:
+            global_dim = value["head_dim"]
+    global_dim = _int({"global_head_dim": 512 if global_dim is None else global_dim}, "global_head_dim")
+    shared = _int(d, "num_kv_shared_layers", 0, minimum=0)
+    if shared >= n:
+        raise ValueError(f"det-infer: num_kv_shared_layers {shared} leaves no layer with its own K/V")
+    if not set(types[n - shared:]) <= set(types[: n - shared]):
+        raise ValueError("det-infer: a KV-shared layer has no earlier layer of its attention type to read")
+    params = d.get("rope_parameters") or {}
+    full = dict(params.get("full_attention") or {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                                  "rope_theta": 1_000_000.0})
+    local = dict(params.get("sliding_attention") or {"rope_type": "default", "rope_theta": 10_000.0})
+    ple = _int(d, "hidden_size_per_layer_input", 256, minimum=0)
+    if ple and d.get("vocab_size_per_layer_input", d.get("vocab_size")) != d.get("vocab_size"):
+        raise ValueError("det-infer: config field 'vocab_size_per_layer_input' must equal 'vocab_size' "
+                         f"(got {d.get('vocab_size_per_layer_input')!r} and {d.get('vocab_size')!r})")
+    cap = d.get("final_logit_softcapping")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0):
+        raise ValueError(f"det-infer: config field 'final_logit_softcapping' must be a positive number, got {cap!r}")
+    return {"norm_offset": 0.0, "out_norms": True, "attn_scale_dim": 1, "embed_scale": True,
+            "layer_types": tuple(types), "rope_parameters": full, "local_rope_parameters": local,
+            "global_head_dim": global_dim, "kv_shared_layers": shared,
+            "double_wide_mlp": bool(d.get("use_double_wide_mlp", False)), "ple_dim": ple,
+            "final_softcap": None if cap is None else float(cap), "v_norm": True, "layer_scalars": True}

@@ -37,14 +37,14 @@ DEFAULT_MAX_CONTEXT = 4096
 
 
 class KVState:
-    """One sequence's KV cache: a (2, layers, capacity, kv_heads*head_dim) fp32 tensor and the number
-    of positions filled so far (positions 0 .. length-1 hold valid keys and values)."""
+    """One sequence's KV cache: a (2, capacity, floats per position) fp32 tensor (each position holds
+    the keys, and the values, of every layer that computes its own, one after the other) and the
+    number of positions filled so far (positions 0 .. length-1 hold valid keys and values)."""
 
     def __init__(self, cfg: ModelConfig, capacity: int, device="cpu"):
         need = capacity * cfg.kv_bytes_per_position()
         _check_memory(need, f"a KV cache of {capacity} positions", device)
-        kvd = cfg.num_key_value_heads * cfg.head_dim
-        self.cache = torch.zeros((2, cfg.num_hidden_layers, capacity, kvd), dtype=torch.float32, device=device)
+        self.cache = torch.zeros((2, capacity, cfg.kv_floats_per_position()), dtype=torch.float32, device=device)
         self.capacity = capacity
         self.length = 0
 

@@ -34,23 +34,59 @@ GEMMA3_LAYER_TENSORS = (
     "mlp.down_proj.weight",
     "post_feedforward_layernorm.weight",  # the MLP output's norm
 )
+ONES_V_NORM = "=ones:self_attn.v_norm"  # made here: the multipliers 1 of Gemma-4's weightless v norm
+# Gemma-4 (docs/SPEC.md §13.7): k_proj, v_proj, k_norm and the weightless v norm only on the layers
+# with their own K/V; the per-layer input branch and layer_scalar on every layer.
+GEMMA4_LAYER_TENSORS = (
+    "input_layernorm.weight",
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",
+    ONES_V_NORM,
+    "post_attention_layernorm.weight",
+    "pre_feedforward_layernorm.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+    "post_feedforward_layernorm.weight",
+    "per_layer_input_gate.weight",
+    "per_layer_projection.weight",
+    "post_per_layer_input_norm.weight",
+    "layer_scalar",
+)
 _QK_NORM = {"self_attn.q_norm.weight", "self_attn.k_norm.weight"}
+_OWN_KV = {"self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.k_norm.weight", ONES_V_NORM}
+SOFTCAP = "=softcap"  # made here: the final softcapping value, a (1,) fp32 tensor
+PLE_TENSORS = ("model.embed_tokens_per_layer.weight", "model.per_layer_model_projection.weight",
+               "model.per_layer_projection_norm.weight")
 # Present in some checkpoints, never used: buffers recomputed exactly by rope.py.
 IGNORED = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
 
 
 def llama_tensor_names(cfg):
-    """The checkpoint names the engine needs, in its canonical order."""
+    """The engine's weight list in its canonical order: checkpoint names, and entries starting
+    with "=" that are made here (names.SOFTCAP, names.ONES_V_NORM)."""
     names = ["model.embed_tokens.weight", "model.norm.weight"]
     if not cfg.tie_word_embeddings:
         names.append("lm_head.weight")
-    layer = GEMMA3_LAYER_TENSORS if cfg.family == "gemma3" else LLAMA_LAYER_TENSORS
+    if cfg.final_softcap is not None:
+        names.append(SOFTCAP)
+    if cfg.ple_dim:
+        names += PLE_TENSORS
+    layer = {"gemma3": GEMMA3_LAYER_TENSORS, "gemma4": GEMMA4_LAYER_TENSORS}.get(cfg.family, LLAMA_LAYER_TENSORS)
     for i in range(cfg.num_hidden_layers):
         for t in layer:
-            if t in _QK_NORM and not cfg.qk_norm:
+            if (t in _QK_NORM and not cfg.qk_norm) or (t in _OWN_KV and cfg.kv_source(i) != i):
                 continue
             names.append(f"model.layers.{i}.{t}")
     return names
+
+
+def checkpoint_names(cfg):
+    return [n for n in llama_tensor_names(cfg) if "=" not in n]
 
 
 def to_bf16(name, t):
@@ -64,32 +100,44 @@ def to_bf16(name, t):
 
 def norm_multipliers(name, t, offset):
     """A norm's fp32 multipliers (docs/SPEC.md §13.2): fl32(offset + w) with w the bf16 weight
-    widened; offset 0 (llama: w itself) or 1 (Gemma's 1 + w)."""
+    widened; offset 0 (llama, Gemma-4: w itself) or 1 (Gemma-3's 1 + w). Gemma-4's layer_scalar
+    is taken the same way (offset 0)."""
     return (to_bf16(name, t).float() + offset).contiguous()
 
 
 def is_norm(name):
-    return name.endswith("norm.weight")
+    return name.endswith(("norm.weight", "layer_scalar"))
 
 
-def _shapes(cfg):
-    H, D, I, V = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size, cfg.vocab_size
+def shape_of(cfg, name):
+    """The shape the engine expects of a weight list entry."""
+    H, V, P, L = cfg.hidden_size, cfg.vocab_size, cfg.ple_dim, cfg.num_hidden_layers
+    fixed = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,), "lm_head.weight": (V, H),
+             SOFTCAP: (1,), "model.embed_tokens_per_layer.weight": (V, L * P),
+             "model.per_layer_model_projection.weight": (L * P, H), "model.per_layer_projection_norm.weight": (P,)}
+    if name in fixed:
+        return fixed[name]
+    i = int(name.split(".")[2])
+    D, I = cfg.layer_head_dim(i), cfg.layer_intermediate_size(i)
     QD, KVD = cfg.num_attention_heads * D, cfg.num_key_value_heads * D
-    return {"embed_tokens": (V, H), "model.norm": (H,), "lm_head": (V, H), "input_layernorm": (H,),
-            "q_proj": (QD, H), "k_proj": (KVD, H), "v_proj": (KVD, H), "o_proj": (H, QD),
-            "q_norm": (D,), "k_norm": (D,), "post_attention_layernorm": (H,), "gate_proj": (I, H),
-            "up_proj": (I, H), "down_proj": (H, I), "pre_feedforward_layernorm": (H,),
-            "post_feedforward_layernorm": (H,)}
-
-
-def _shape_of(shapes, name):
-    return shapes[next(k for k in shapes if k in name)]
+    part = name.split(".", 3)[3]
+    return {"self_attn.q_proj.weight": (QD, H), "self_attn.k_proj.weight": (KVD, H),
+            "self_attn.v_proj.weight": (KVD, H), "self_attn.o_proj.weight": (H, QD),
+            "self_attn.q_norm.weight": (D,), "self_attn.k_norm.weight": (D,), ONES_V_NORM: (D,),
+            "mlp.gate_proj.weight": (I, H), "mlp.up_proj.weight": (I, H), "mlp.down_proj.weight": (H, I),
+            "per_layer_input_gate.weight": (P, H), "per_layer_projection.weight": (H, P),
+            "layer_scalar": (1,)}.get(part, (H,))  # the rest are hidden-size norms
 
 
 def projection_shapes(cfg):
     """{name: (rows, cols)} of the per-layer projections (the weights that may be nf4-packed)."""
-    shapes = _shapes(cfg)
-    return {n: _shape_of(shapes, n) for n in llama_tensor_names(cfg) if n.endswith("_proj.weight")}
+    return {n: shape_of(cfg, n) for n in checkpoint_names(cfg) if n.endswith("_proj.weight")}
+
+
+def _made_here(cfg, name):
+    if name == SOFTCAP:
+        return torch.tensor([cfg.final_softcap], dtype=torch.float32)
+    return torch.ones(shape_of(cfg, name), dtype=torch.float32)  # ONES_V_NORM
 
 
 def select_llama_weights(cfg, tensors, scales=None):
@@ -98,7 +146,8 @@ def select_llama_weights(cfg, tensors, scales=None):
     packed). scales: {name: fp32 absmax} of the nf4 projections, whose tensors hold their codes as
     (rows, cols/2) uint8 (bnb_io.py). Errors list missing, unexpected and misshapen tensors by name."""
     scales = scales or {}
-    needed = llama_tensor_names(cfg)
+    entries = llama_tensor_names(cfg)
+    needed = checkpoint_names(cfg)
     present = set(tensors)
     missing = [n for n in needed if n not in present]
     unused = sorted(n for n in present - set(needed) if not IGNORED.search(n))
@@ -108,11 +157,14 @@ def select_llama_weights(cfg, tensors, scales=None):
         raise ValueError(f"det-infer: checkpoint lacks {len(missing)} tensors the config needs, e.g. {missing[:5]}")
     if unused:
         raise ValueError(f"det-infer: checkpoint has {len(unused)} tensors this model does not use, e.g. {unused[:5]}")
-    shapes = _shapes(cfg)
     weights, absmax = [], []
-    for name in needed:
+    for name in entries:
+        if "=" in name:
+            weights.append(_made_here(cfg, name))
+            absmax.append(torch.empty(0, dtype=torch.float32))
+            continue
         t = tensors[name]
-        want = _shape_of(shapes, name)
+        want = shape_of(cfg, name)
         if name in scales:
             want = (want[0], want[1] // 2)
         if tuple(t.shape) != want:

@@ -15,7 +15,7 @@ _CTX = Context(prec=DIGITS)
 # pi to 60 significant digits; the 50-digit context rounds it on use.
 _PI = Decimal("3.14159265358979323846264338327950288419716939937510582097494")
 
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "proportional")
 
 
 def _exact(value, name):
@@ -91,6 +91,18 @@ def inv_freq(head_dim: int, params: dict, partial_rotary_factor: float = 1.0) ->
         raise ValueError(f"det-infer: the rotary dimension {dim} (head_dim {head_dim} x "
                          f"{partial_rotary_factor}) must be even and at least 2")
     rope_type = params.get("rope_type", "default")
+    if rope_type == "proportional":
+        # Gemma-4's full layers: the first int(partial_rotary_factor * head_dim // 2) frequencies of a
+        # full-width table (exponent over head_dim, not the rotary width), divided by the optional
+        # factor.
+        # The pairs rotate (x_i, x_{i + head_dim/2}) (pair_offset).
+        pairs = int(partial_rotary_factor * head_dim // 2)
+        if pairs < 1:
+            raise ValueError(f"det-infer: proportional rope on head_dim {head_dim} x {partial_rotary_factor} "
+                             "rotates no pair")
+        factor = Fraction(_exact(params.get("factor", 1.0), "factor"))
+        freqs = _base_freqs(params.get("rope_theta"), head_dim)[:pairs]
+        return torch.tensor([float(Fraction(f) / factor) for f in freqs], dtype=torch.float64)
     freqs = _base_freqs(params.get("rope_theta"), dim)
     if rope_type == "default":
         exact = [Fraction(f) for f in freqs]
@@ -104,6 +116,12 @@ def inv_freq(head_dim: int, params: dict, partial_rotary_factor: float = 1.0) ->
                          f"{', '.join(SUPPORTED_ROPE_TYPES)}")
     # float(Fraction) is the correctly rounded fp64 value: the one rounding of the recipe.
     return torch.tensor([float(f) for f in exact], dtype=torch.float64)
+
+
+def pair_offset(head_dim: int, params: dict, pairs: int) -> int:
+    """How far apart the two elements of a rotated pair are: the table's length (rotate-half over
+    the rotary dimensions), or head_dim/2 for proportional rope (rotate-half over the whole head)."""
+    return head_dim // 2 if params.get("rope_type") == "proportional" else pairs
 
 
 def inv_freq_from_config(config: dict) -> torch.Tensor:

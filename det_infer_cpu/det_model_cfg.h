@@ -1,0 +1,98 @@
+// det_model_cfg.h: the model struct (contract/det_llama_model.h) from the integer config and the
+// weight list in names.py's canonical order; the one reading of that order, shared by the torch
+// binding (torch-ext/model_args.cpp, which checks every tensor) and the torch-free test tools
+// (tests/native/engine_digest.cpp). Host code.
+#pragma once
+
+#include <stdint.h>
+
+#include <string>
+#include <vector>
+
+#include "../contract/det_llama_model.h"
+#include "../contract/det_rsqrt.h"
+
+// The integer config (torch-ext/det_infer/config.py, LLAMA_CFG_FIELDS), then (pairs, half) per rope
+// table, then (window, rope table, head_dim, inter, kv_source) per layer.
+enum {
+  CFG_HIDDEN, CFG_LAYERS, CFG_HEADS, CFG_KV_HEADS, CFG_HEAD_DIM, CFG_INTER, CFG_VOCAB, CFG_ROPE_TABLES,
+  CFG_QK_NORM, CFG_TIED, CFG_OUT_NORMS, CFG_ACT, CFG_ATTN_SCALE_DIM, CFG_EMBED_SCALE, CFG_V_NORM, CFG_PLE_DIM,
+  CFG_SOFTCAP, CFG_LAYER_SCALARS, CFG_COUNT
+};
+enum { CFG_PER_TABLE = 2, CFG_PER_LAYER = 5 };
+
+// Whether cfg has the right length for its layer and table counts, every field non-negative.
+inline bool det_cfg_well_formed(const int64_t* cfg, size_t n) {
+  if (n < CFG_COUNT || cfg[CFG_LAYERS] < 0 || cfg[CFG_ROPE_TABLES] < 1 || cfg[CFG_ROPE_TABLES] > DET_ROPE_TABLES_MAX)
+    return false;
+  if ((int64_t)n != CFG_COUNT + CFG_PER_TABLE * cfg[CFG_ROPE_TABLES] + CFG_PER_LAYER * cfg[CFG_LAYERS]) return false;
+  for (size_t i = 0; i < n; ++i)
+    if (cfg[i] < 0) return false;
+  return true;
+}
+
+// Fills m and layers (m.layers points into it) from a well-formed cfg. The weights are taken in
+// order through w: w.bf16(rows, cols, what), w.matrix(rows, cols, what) (a projection, dense or
+// nf4) and w.norm(n, what) (fp32 multipliers, also the (1,) softcap and layer scalars); they
+// return null / an unset matrix or throw when a tensor is wrong, as the caller prefers. K/V
+// offsets and the cache row are derived here. m.inv_freq and m.rms_eps are the caller's.
+template <class Weights>
+void det_model_from_cfg(const int64_t* cfg, det_llama_model& m, std::vector<det_llama_layer>& layers, Weights& w) {
+  m.hidden = cfg[CFG_HIDDEN], m.n_layers = cfg[CFG_LAYERS], m.n_heads = cfg[CFG_HEADS];
+  m.n_kv_heads = cfg[CFG_KV_HEADS], m.head_dim = cfg[CFG_HEAD_DIM], m.inter = cfg[CFG_INTER];
+  m.vocab = cfg[CFG_VOCAB], m.rope_tables = cfg[CFG_ROPE_TABLES], m.ple_dim = cfg[CFG_PLE_DIM];
+  m.act = cfg[CFG_ACT], m.attn_scale_dim = cfg[CFG_ATTN_SCALE_DIM];
+  // Gemma's embedding scale: the correctly rounded fp32 square root of hidden.
+  m.embed_scale = cfg[CFG_EMBED_SCALE] ? det_sqrt_f32((float)m.hidden) : 1.0f;
+  const int64_t* tab = cfg + CFG_COUNT;
+  m.rope_pairs = 0;
+  for (int64_t t = 0; t < m.rope_tables; ++t) {
+    m.rope[t] = {tab[CFG_PER_TABLE * t], tab[CFG_PER_TABLE * t + 1], m.rope_pairs};
+    m.rope_pairs += m.rope[t].pairs;
+  }
+  const bool qk = cfg[CFG_QK_NORM] != 0, tied = cfg[CFG_TIED] != 0, out_norms = cfg[CFG_OUT_NORMS] != 0;
+  const bool v_norm = cfg[CFG_V_NORM] != 0, scalars = cfg[CFG_LAYER_SCALARS] != 0;
+  const int64_t H = m.hidden, P = m.ple_dim;
+  m.embed = w.bf16(m.vocab, H, "embed_tokens");
+  m.final_norm = w.norm(H, "norm");
+  m.lm_head = tied ? m.embed : w.bf16(m.vocab, H, "lm_head");
+  m.softcap = cfg[CFG_SOFTCAP] ? w.norm(1, "final_logit_softcapping") : nullptr;
+  if (P > 0) {
+    m.ple_embed = w.bf16(m.vocab, m.n_layers * P, "embed_tokens_per_layer");
+    m.ple_model_proj = w.matrix(m.n_layers * P, H, "per_layer_model_projection");
+    m.ple_proj_norm = w.norm(P, "per_layer_projection_norm");
+  }
+  layers.assign(m.n_layers, det_llama_layer{});
+  m.kv_row = 0;
+  const int64_t* per = tab + CFG_PER_TABLE * m.rope_tables;
+  for (int64_t l = 0; l < m.n_layers; ++l) {
+    det_llama_layer& L = layers[l];
+    const int64_t* c = per + CFG_PER_LAYER * l;
+    L.window = c[0], L.rope_table = c[1], L.head_dim = c[2], L.inter = c[3], L.kv_source = c[4];
+    const bool own = L.kv_source == l;
+    const int64_t D = L.head_dim, QD = m.n_heads * D, KVD = m.n_kv_heads * D, I = L.inter;
+    L.kv_offset = own ? m.kv_row : (L.kv_source < l ? layers[L.kv_source].kv_offset : -1);
+    if (own) m.kv_row += KVD;
+    const std::string p = "layers." + std::to_string(l) + ".";
+    L.attn_norm = w.norm(H, p + "input_layernorm");
+    L.wq = w.matrix(QD, H, p + "q_proj");
+    if (own) L.wk = w.matrix(KVD, H, p + "k_proj"), L.wv = w.matrix(KVD, H, p + "v_proj");
+    L.wo = w.matrix(H, QD, p + "o_proj");
+    L.q_norm = qk ? w.norm(D, p + "q_norm") : nullptr;
+    L.k_norm = qk && own ? w.norm(D, p + "k_norm") : nullptr;
+    L.v_norm = v_norm && own ? w.norm(D, p + "v_norm") : nullptr;
+    L.attn_out_norm = out_norms ? w.norm(H, p + "attention output norm") : nullptr;
+    L.mlp_norm = w.norm(H, p + "MLP input norm");
+    L.w_gate = w.matrix(I, H, p + "gate_proj");
+    L.w_up = w.matrix(I, H, p + "up_proj");
+    L.w_down = w.matrix(H, I, p + "down_proj");
+    L.mlp_out_norm = out_norms ? w.norm(H, p + "MLP output norm") : nullptr;
+    if (P > 0) {
+      L.ple_gate = w.matrix(P, H, p + "per_layer_input_gate");
+      L.ple_proj = w.matrix(H, P, p + "per_layer_projection");
+      L.ple_out_norm = w.norm(H, p + "post_per_layer_input_norm");
+    }
+    L.scalar = scalars ? w.norm(1, p + "layer_scalar") : nullptr;
+  }
+  m.layers = layers.data();
+}
