@@ -28,8 +28,10 @@ def test_gemma3_config_switches(di):
     assert (cfg.family, cfg.hidden_act, cfg.norm_offset, cfg.out_norms, cfg.embed_scale) == \
         ("gemma3", "gelu_tanh", 1.0, True, True)
     assert cfg.attn_scale_dim == 40 and cfg.qk_norm and cfg.sliding_window == 40
-    # (window, rope table) per layer: sliding layers use table 1 (their own theta), full ones table 0.
-    assert cfg.layer_windows() == [(40, 1), (40, 1), (0, 0), (40, 1)]
+    # (window, rope table, head_dim, intermediate, K/V source) per layer: sliding layers use table 1
+    # (their own theta), full ones table 0.
+    assert cfg.layer_rows() == [(40, 1, 48, 320, 0), (40, 1, 48, 320, 1), (0, 0, 48, 320, 2), (40, 1, 48, 320, 3)]
+    assert cfg.rope_table_shapes() == [(24, 24), (24, 24)]
     pairs = cfg.head_dim // 2
     table = cfg.inv_freq()
     assert table.shape == (2 * pairs,)
