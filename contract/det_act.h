@@ -67,3 +67,9 @@ DET_HD float det_gelu_tanh_f32(float x) {
 DET_HD float det_softcap_f32(float z, float c) {
   return det_mul_f32(c, det_tanh_f32(det_div_f32(z, c)));
 }
+
+// The MLP activation a model uses (det_llama_model.act).
+enum { DET_ACT_SILU = 0, DET_ACT_GELU_TANH = 1 };
+DET_HD float det_act_f32(int act, float x) {
+  return act == DET_ACT_GELU_TANH ? det_gelu_tanh_f32(x) : det_silu_f32(x);
+}

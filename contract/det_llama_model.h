@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "det_act.h"
 #include "det_nf4.h"
 
 struct det_llama_layer {
@@ -39,7 +40,6 @@ struct det_llama_layer {
   int64_t kv_offset;           // where kv_source's K (and V) sit in a cache row, in floats
 };
 
-enum { DET_ACT_SILU = 0, DET_ACT_GELU_TANH = 1 };  // the MLP's act(gate) * up (det_act.h)
 #define DET_ROPE_TABLES_MAX 2
 
 // A rope table: pairs (x_i, x_{i+half}) rotate by inv_freq[offset + i] for i < pairs (§13.3 d).

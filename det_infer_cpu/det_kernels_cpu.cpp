@@ -38,14 +38,10 @@ int gemv_isa(const det_matrix& W, int64_t K, int64_t B) {
   return isa >= DET_ISA_AVX512 && (B == 1 || !W.bf16) ? DET_ISA_AVX512 : DET_ISA_AVX2;
 }
 
-DET_CPU_CLONES void silu_mul_ref(const float* gate, const float* up, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = det_mul_f32(det_silu_f32(gate[i]), up[i]);
-}
-
-// gelu-tanh runs once per intermediate element and token, against a GEMV's hidden multiply-adds
-// per element: the scalar contract loop is a small share of a forward pass.
-DET_CPU_CLONES void gelu_mul_ref(const float* gate, const float* up, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = det_mul_f32(det_gelu_tanh_f32(gate[i]), up[i]);
+// gelu-tanh has no SIMD version: it runs once per intermediate element and token, against a
+// GEMV's hidden multiply-adds per element, so the scalar contract loop is a small share of a pass.
+DET_CPU_CLONES void act_mul_ref(int act, const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = det_mul_f32(det_act_f32(act, gate[i]), up[i]);
 }
 
 DET_CPU_CLONES void exp_sub_ref(const float* s, float m, float* e, int64_t n) {
@@ -117,11 +113,10 @@ float det_dot_f32(const float* a, const float* b, int64_t K) {
 }
 
 void det_act_mul(int act, const float* gate, const float* up, float* out, int64_t n) {
-  if (act == DET_ACT_GELU_TANH) return gelu_mul_ref(gate, up, out, n);
 #if defined(__x86_64__)
-  if (det_cpu_isa() >= DET_ISA_AVX2) return det_silu_mul_avx2(gate, up, out, n);
+  if (act == DET_ACT_SILU && det_cpu_isa() >= DET_ISA_AVX2) return det_silu_mul_avx2(gate, up, out, n);
 #endif
-  silu_mul_ref(gate, up, out, n);
+  act_mul_ref(act, gate, up, out, n);
 }
 
 void det_exp_sub(const float* s, float m, float* e, int64_t n) {

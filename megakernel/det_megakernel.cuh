@@ -404,8 +404,7 @@ DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, int64_t l) {
       const int64_t n = det_mk_output(c, it / 2);
       for (int b = 0; b < nb; ++b) {
         if (it % 2 == 0) gate[b] = y[b];
-        else act[b * I + n] = det_mul_f32(m.act == DET_ACT_GELU_TANH ? det_gelu_tanh_f32(gate[b]) : det_silu_f32(gate[b]),
-                                          y[b]);
+        else act[b * I + n] = det_mul_f32(det_act_f32((int)m.act, gate[b]), y[b]);
       }
     };
     det_mk_gemv<NB>(c, 2 * det_mk_items(c, I), H, row, c.area, H, nb, emit);

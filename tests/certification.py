@@ -76,3 +76,26 @@ def batch_with_target(label, target, vocab, max_len, n=16):
     prompts = [[rng.randrange(vocab) for _ in range(rng.randint(1, max_len))] for _ in range(n)]
     prompts[slot] = target
     return prompts, slot, rng
+
+
+def digests_on_threads(directory, teacher, prompt, threads):
+    """(teacher-forced digest, generation digest) of the CPU engine in a fresh process with
+    OMP_NUM_THREADS=threads (the thread count is fixed when the process starts)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = f"""
+import json, sys
+sys.path.insert(0, {str(ROOT / 'tests')!r})
+import certification as t
+from kernels import get_kernel
+di = get_kernel('phanerozoic/det-infer', version=1)
+mm = di.MegaModel.from_pretrained({str(directory)!r}, max_context=512)
+tok, lg = mm.generate({list(prompt)!r}, max_new={N_GEN}, return_logits=True)
+print(json.dumps([t.logits_digest(mm.teacher_forced_logits({list(teacher)!r})), t.generation_digest(tok, lg)]))
+"""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), LOCAL_KERNELS=f"phanerozoic/det-infer={ROOT / 'build'}")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return tuple(json.loads(out.stdout.strip().splitlines()[-1]))

@@ -4,20 +4,16 @@ covered model, reproduced under every variation: prefill vs token by token vs sp
 call vs one call per step, batch of one vs a batch of 16 with random co-prompts at a random slot,
 1 and 2 threads, repeated runs. A negative control shows transformers' own float path changing
 bits under one of those variations; a correctness check compares with transformers in float64."""
-import json
 import os
-import subprocess
-import sys
 import warnings
-from pathlib import Path
 
 import hf_reference
 import pytest
 import real_models
 import synthetic
 import torch
-from certification import (MODELS, N_GEN, N_TEACHER, REAL, ROOT, SMOLLM2_TEXT, batch_with_target,
-                           generation_digest, inputs_for, logits_digest, model_dir)
+from certification import (MODELS, N_GEN, N_TEACHER, REAL, SMOLLM2_TEXT, batch_with_target,
+                           digests_on_threads, generation_digest, inputs_for, logits_digest, model_dir)
 from pins import MODEL_DIGESTS, SMOLLM2_CHECKPOINT_SHA256
 
 
@@ -105,20 +101,8 @@ def test_repeated_runs(case):
 
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_thread_count(case, threads):
-    code = f"""
-import json, sys
-sys.path.insert(0, {str(ROOT / 'tests')!r})
-import certification as t
-from kernels import get_kernel
-di = get_kernel('phanerozoic/det-infer', version=1)
-mm = di.MegaModel.from_pretrained({str(case['dir'])!r}, max_context=512)
-tok, lg = mm.generate({case['prompt']!r}, max_new={N_GEN}, return_logits=True)
-print(json.dumps([t.logits_digest(mm.teacher_forced_logits({case['teacher']!r})), t.generation_digest(tok, lg)]))
-"""
-    env = dict(os.environ, OMP_NUM_THREADS=threads, LOCAL_KERNELS=f"phanerozoic/det-infer={ROOT / 'build'}")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    teacher, gen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert (teacher, gen) == (case["pins"]["teacher_forced"], case["pins"]["generation"])
+    digests = digests_on_threads(case["dir"], case["teacher"], case["prompt"], threads)
+    assert digests == (case["pins"]["teacher_forced"], case["pins"]["generation"])
 
 
 # ---- the real checkpoint is the one pinned -----------------------------------------------------

@@ -5,16 +5,13 @@ and on E2B's real widths for a few layers, and under the invariance variations o
 (each compared with the model's own one-prefill result: the digests are pinned once the megakernel
 runs Gemma-4 too and agrees, docs/SPEC.md §13.7). The megakernel refuses Gemma-4 with a sentence."""
 import copy
-import json
-import os
-import subprocess
-import sys
 
 import hf_reference
 import pytest
 import synthetic
 import torch
-from certification import N_GEN, N_TEACHER, ROOT, batch_with_target, generation_digest, inputs_for, logits_digest
+from certification import (N_GEN, N_TEACHER, batch_with_target, digests_on_threads, generation_digest, inputs_for,
+                           logits_digest)
 
 GEMMA4 = synthetic.CONFIGS["gemma4"]
 
@@ -99,18 +96,8 @@ def test_gemma4_per_step_and_batch_of_16(g4):
 
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_gemma4_thread_count(g4, threads):
-    code = f"""
-import json, sys
-sys.path.insert(0, {str(ROOT / 'tests')!r})
-import certification as t
-from kernels import get_kernel
-di = get_kernel('phanerozoic/det-infer', version=1)
-mm = di.MegaModel.from_pretrained({str(g4['dir'])!r}, max_context=512)
-print(json.dumps(t.logits_digest(mm.teacher_forced_logits({g4['teacher']!r}))))
-"""
-    env = dict(os.environ, OMP_NUM_THREADS=threads, LOCAL_KERNELS=f"phanerozoic/det-infer={ROOT / 'build'}")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == g4["teacher_forced"]
+    assert digests_on_threads(g4["dir"], g4["teacher"], g4["prompt"], threads) == (g4["teacher_forced"],
+                                                                                   g4["generation"])
 
 
 def test_gemma4_refused_by_the_megakernel(di, g4):

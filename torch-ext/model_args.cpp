@@ -2,7 +2,6 @@
 #include "model_args.h"
 
 
-#include <cmath>
 #include <map>
 #include <mutex>
 

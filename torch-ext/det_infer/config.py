@@ -227,6 +227,25 @@ class ModelConfig:
         return 2 * self.kv_floats_per_position() * 4
 
 
+def _every_nth_full(n, pattern):
+    """Gemma's layer pattern: layer l is full attention when (l + 1) is a multiple of pattern."""
+    return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
+
+
+def _gemma_layer_types(d, n, window, default):
+    """The n entries of 'layer_types' (default() when the config has none), checked, and the
+    window the sliding ones need."""
+    types = d.get("layer_types")
+    if types is None:
+        types = default()
+    if not isinstance(types, (list, tuple)) or len(types) != n or any(t not in GEMMA_LAYER_TYPES for t in types):
+        raise ValueError(f"det-infer: config field 'layer_types' must list {n} entries of {GEMMA_LAYER_TYPES}, "
+                         f"got {types!r}")
+    if "sliding_attention" in types and window < 1:
+        raise ValueError("det-infer: Gemma sliding-attention layers need config field 'sliding_window'")
+    return list(types)
+
+
 def _gemma3_fields(d, window, head_dim):
     """The Gemma-3 switches of ModelConfig from a Gemma3ForCausalLM config (transformers 5 keys,
     and the older rope_theta / rope_local_base_freq / sliding_window_pattern ones)."""
@@ -235,15 +254,8 @@ def _gemma3_fields(d, window, head_dim):
                       ("use_bidirectional_attention", "bidirectional attention")):
         _flag_off(d, key, what)
     n = _int(d, "num_hidden_layers")
-    types = d.get("layer_types")
-    if types is None:
-        pattern = _int(d, "sliding_window_pattern", 6)
-        types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
-    if not isinstance(types, (list, tuple)) or len(types) != n or any(t not in GEMMA_LAYER_TYPES for t in types):
-        raise ValueError(f"det-infer: config field 'layer_types' must list {n} entries of {GEMMA_LAYER_TYPES}, "
-                         f"got {types!r}")
-    if "sliding_attention" in types and window < 1:
-        raise ValueError("det-infer: Gemma sliding-attention layers need config field 'sliding_window'")
+    pattern = None if d.get("layer_types") is not None else _int(d, "sliding_window_pattern", 6)
+    types = _gemma_layer_types(d, n, window, lambda: _every_nth_full(n, pattern))
     params = d.get("rope_parameters") or {}
     if set(params) <= set(GEMMA_LAYER_TYPES) and params:
         full, local = dict(params.get("full_attention") or {}), dict(params.get("sliding_attention") or {})
@@ -271,15 +283,8 @@ def _gemma4_fields(d, window, head_dim):
                       ("attn_logit_softcapping", "softcapped attention scores")):
         _flag_off(d, key, what)
     n = _int(d, "num_hidden_layers")
-    types = d.get("layer_types")
-    if types is None:  # transformers' default: five sliding layers then a full one, the last full
-        types = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(n)]
-        types[-1] = "full_attention"
-    if not isinstance(types, (list, tuple)) or len(types) != n or any(t not in GEMMA_LAYER_TYPES for t in types):
-        raise ValueError(f"det-infer: config field 'layer_types' must list {n} entries of {GEMMA_LAYER_TYPES}, "
-                         f"got {types!r}")
-    if "sliding_attention" in types and window < 1:
-        raise ValueError("det-infer: Gemma sliding-attention layers need config field 'sliding_window'")
+    # transformers' default: five sliding layers then a full one, and the last layer full.
+    types = _gemma_layer_types(d, n, window, lambda: _every_nth_full(n, 6)[:-1] + ["full_attention"])
     # The full layers' head size: "global_head_dim" (hub configs), or transformers 5's per-layer
     # overrides {"04": {"head_dim": 512}, ...}; 512 when neither says.
     global_dim = d.get("global_head_dim")

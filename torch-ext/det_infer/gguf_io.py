@@ -50,8 +50,11 @@ class GGUFError(ValueError):
     pass
 
 
+_NAMES_BY_ARCH = {"gemma3": {**_NAMES, **_GEMMA3_NAMES}}
+
+
 def _hf_name(name, arch):
-    table = {**_NAMES, **_GEMMA3_NAMES} if arch == "gemma3" else _NAMES
+    table = _NAMES_BY_ARCH.get(arch, _NAMES)
     if name in table:
         return table[name]
     parts = name.split(".")
