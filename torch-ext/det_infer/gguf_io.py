@@ -293,8 +293,7 @@ def _gemma3_config(reader, config, scaling):
         "hidden_activation": "gelu_pytorch_tanh",
         "sliding_window": _count(reader, "gemma3.attention.sliding_window"),
         "query_pre_attn_scalar": scalar,
-        "layer_types": ["sliding_attention" if (i + 1) % GEMMA3_SLIDING_PATTERN else "full_attention"
-                        for i in range(n)],
+        "sliding_window_pattern": GEMMA3_SLIDING_PATTERN,  # config.py derives the layer types
         "rope_parameters": {"full_attention": full,
                             "sliding_attention": {"rope_type": "default", "rope_theta": GEMMA3_LOCAL_ROPE_THETA}},
     })
