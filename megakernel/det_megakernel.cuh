@@ -17,7 +17,10 @@
 // Wq|Wk|Wv rows) | ROPE (qk-norm, rotation, KV-cache write) | ATTN (one warp per (row, head)) |
 // O (Wo rows + residual) | MLP (norm; gate and up rows, act(gate)*up) | DOWN (Wdown rows +
 // residual) |; then HEAD (final norm, lm_head rows) | and ARGMAX. Models with output norms
-// (Gemma) keep the O and DOWN results aside and add them in an OUT_NORM phase (rmsnorm, residual).
+// (Gemma) keep the O and DOWN results aside and add them in an OUT_NORM phase (rmsnorm, residual,
+// and Gemma-4's layer scalar). Gemma-4's per-layer inputs add PLE_PROJECT | PLE_FINISH | before
+// layer 0 and PLE_GATE | PLE_PROJ | OUT_NORM | at the end of each layer; its KV-sharing layers skip
+// the K and V rows and read an earlier layer's cache.
 #pragma once
 
 #include "../contract/det_act.h"
@@ -177,11 +180,9 @@ DET_DEV float det_mk_embedding(const det_llama_model& m, int32_t id, int64_t k) 
   return det_mul_f32(det_bf16_to_f32(m.embed[(int64_t)id * m.hidden + k]), m.embed_scale);
 }
 
-// Every block: area rows j < nb = rmsnorm(source row) * w (docs/SPEC.md §13.2). The source of row
-// j is tile row src_row[j] (or j when src_row is null): the residual stream, or at layer 0 the
-// token's embedding widened to fp32 (which layer 0 also writes to the residual stream).
-DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int nb, const int32_t* src_row, bool from_embed,
-                              const float* w) {
+// Every block: area rows j < nb = source rows. The source of row j is tile row src_row[j] (or j
+// when src_row is null): the residual stream, or the token's embedding widened and scaled.
+DET_DEV void det_mk_load_rows(const det_mk_ctx& c, int nb, const int32_t* src_row, bool from_embed) {
   const det_llama_model& m = c.P->model;
   const int64_t H = m.hidden;
   const det_mk_tile& t = *c.tile;
@@ -190,11 +191,22 @@ DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int nb, const int32_t* src_ro
     c.area[e] = from_embed ? det_mk_embedding(m, t.token[r], k) : c.P->ws.x[r * H + k];
   }
   det_sync_block();
-  for (int j = det_warp(); j < nb; j += det_warps()) {
-    float* row = c.area + j * H;
-    const float r = det_rmsnorm_factor_f32(det_mk_warp_dot_f32(row, row, H), H, m.rms_eps);
-    for (int64_t k = det_lane(); k < H; k += DET_WARP) row[k] = det_rmsnorm_scale_f32(row[k], r, w[k]);
-  }
+}
+
+// One warp: v[0..K) = rmsnorm(v) * w in place (docs/SPEC.md §13.2; K % 8 == 0).
+DET_DEV void det_mk_warp_rmsnorm(float* v, int64_t K, const float* w, float eps) {
+  const float r = det_rmsnorm_factor_f32(det_mk_warp_dot_f32(v, v, K), K, eps);
+  for (int64_t k = det_lane(); k < K; k += DET_WARP) v[k] = det_rmsnorm_scale_f32(v[k], r, w[k]);
+  det_sync_warp();
+}
+
+// Every block: area rows j < nb = rmsnorm(source row) * w (docs/SPEC.md §13.2), sources as in
+// det_mk_load_rows (at layer 0 the embedding, which layer 0 also writes to the residual stream).
+DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int nb, const int32_t* src_row, bool from_embed,
+                              const float* w) {
+  det_mk_load_rows(c, nb, src_row, from_embed);
+  for (int j = det_warp(); j < nb; j += det_warps())
+    det_mk_warp_rmsnorm(c.area + j * c.P->model.hidden, c.P->model.hidden, w, c.P->model.rms_eps);
   det_sync_block();
 }
 
@@ -213,14 +225,16 @@ DET_DEV void det_mk_embed_rows(const det_mk_ctx& c) {
   }
 }
 
-// QKV: q, k, v (rows x outputs) = normalized rows times Wq, Wk, Wv (one range of rows).
+// QKV: q, k, v (rows x outputs) = normalized rows times Wq, Wk, Wv (one range of rows); a layer
+// that reads another's K/V (Gemma-4) computes q only.
 DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, int64_t l) {
   const det_llama_model& m = c.P->model;
   const det_llama_layer& L = m.layers[l];
   const det_mk_workspace& ws = c.P->ws;
   const int nb = c.tile->n;
-  const int64_t H = m.hidden, QD = m.n_heads * m.head_dim, KVD = m.n_kv_heads * m.head_dim;
-  if (l == 0) det_mk_embed_rows(c);
+  const int64_t H = m.hidden, QD = m.n_heads * L.head_dim, KVD = m.n_kv_heads * L.head_dim;
+  const int64_t outputs = L.kv_source == l ? QD + 2 * KVD : QD;
+  if (l == 0 && m.ple_dim == 0) det_mk_embed_rows(c);  // with per-layer inputs, PLE_PROJECT did it
   det_mk_norm_rows(c, nb, nullptr, l == 0, L.attn_norm);
   det_mk_with_nb(nb, [&]<int NB>() {
     auto row = [&](int64_t it) {
@@ -236,20 +250,21 @@ DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, int64_t l) {
         else ws.v[b * KVD + n - QD - KVD] = y[b];
       }
     };
-    det_mk_gemv<NB>(c, det_mk_items(c, QD + 2 * KVD), H, row, c.area, H, nb, emit);
+    det_mk_gemv<NB>(c, det_mk_items(c, outputs), H, row, c.area, H, nb, emit);
   });
 }
 
-// ROPE: per (row, head): q and k heads get qk-norm (when the model has it) and the rotation; k
-// and v heads are written to the row's KV cache at its position.
+// ROPE: per (row, head): q and k heads get qk-norm (when the model has it) and the rotation, v
+// heads their norm (Gemma-4); k and v heads are written to the row's KV cache at its position. A
+// layer that reads another's K/V has q heads only.
 DET_DEV_NOINLINE void det_mk_phase_rope(const det_mk_ctx& c, int64_t l) {
   const det_llama_model& m = c.P->model;
   const det_llama_layer& L = m.layers[l];
   const det_mk_workspace& ws = c.P->ws;
   const det_mk_tile& t = *c.tile;
-  const int64_t D = m.head_dim, QD = m.n_heads * D, KVD = m.n_kv_heads * D;
+  const int64_t D = L.head_dim, QD = m.n_heads * D, KVD = m.n_kv_heads * D;
   const det_rope_table& rope = m.rope[L.rope_table];
-  const int64_t per_row = m.n_heads + 2 * m.n_kv_heads;
+  const int64_t per_row = m.n_heads + (L.kv_source == l ? 2 * m.n_kv_heads : 0);
   const int lane = det_lane();
   for (int64_t task = c.gwarp; task < t.n * per_row; task += c.nwarps) {
     const int64_t b = task / per_row, j = task % per_row;
@@ -257,18 +272,16 @@ DET_DEV_NOINLINE void det_mk_phase_rope(const det_mk_ctx& c, int64_t l) {
     const int64_t at = t.pos[b] * m.kv_row + L.kv_offset;  // this row's cache entry
     if (j >= m.n_heads + m.n_kv_heads) {
       const int64_t h = j - m.n_heads - m.n_kv_heads;
-      for (int64_t d = lane; d < D; d += DET_WARP) sq.v[at + h * D + d] = ws.v[b * KVD + h * D + d];
+      float* vec = ws.v + b * KVD + h * D;
+      if (L.v_norm) det_mk_warp_rmsnorm(vec, D, L.v_norm, m.rms_eps);
+      for (int64_t d = lane; d < D; d += DET_WARP) sq.v[at + h * D + d] = vec[d];
       continue;
     }
     const bool is_q = j < m.n_heads;
     const int64_t h = is_q ? j : j - m.n_heads;
     float* vec = is_q ? ws.q + b * QD + h * D : ws.k + b * KVD + h * D;
     const float* norm = is_q ? L.q_norm : L.k_norm;
-    if (norm) {
-      const float r = det_rmsnorm_factor_f32(det_mk_warp_dot_f32(vec, vec, D), D, m.rms_eps);
-      for (int64_t d = lane; d < D; d += DET_WARP) vec[d] = det_rmsnorm_scale_f32(vec[d], r, norm[d]);
-      det_sync_warp();
-    }
+    if (norm) det_mk_warp_rmsnorm(vec, D, norm, m.rms_eps);
     const float* sc = ws.sincos + 2 * (b * m.rope_pairs + rope.offset);
     for (int64_t i = lane; i < rope.pairs; i += DET_WARP)
       det_rope_rotate_f32(&vec[i], &vec[i + rope.half], det_sincos_f32{sc[2 * i], sc[2 * i + 1]});
@@ -285,8 +298,9 @@ DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
   const det_llama_model& m = c.P->model;
   const det_mk_workspace& ws = c.P->ws;
   const det_mk_tile& t = *c.tile;
-  const int64_t D = m.head_dim, QD = m.n_heads * D, KVD = m.n_kv_heads * D, group = m.n_heads / m.n_kv_heads;
-  const int64_t W = m.layers[l].window;
+  const det_llama_layer& L = m.layers[l];
+  const int64_t D = L.head_dim, QD = m.n_heads * D, group = m.n_heads / m.n_kv_heads;
+  const int64_t W = L.window;
   const float scale = det_rsqrt_f32((float)m.attn_scale_dim);
   const int lane = det_lane();
   float* score = c.area + det_warp() * det_mk_attn_scratch_floats(&m);
@@ -295,12 +309,18 @@ DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
   for (int64_t task = c.gwarp; task < t.n * m.n_heads; task += c.nwarps) {
     const int64_t b = task / m.n_heads, hq = task % m.n_heads, g = hq / group, p = t.pos[b];
     const det_mk_seq& sq = c.P->prog.seqs[t.seq[b]];
-    const float* kc = sq.k + m.layers[l].kv_offset + g * D;  // position j at kc + j * kv_row
-    const float* vc = sq.v + m.layers[l].kv_offset + g * D;
+    const float* kc = sq.k + L.kv_offset + g * D;  // position j at kc + j * kv_row
+    const float* vc = sq.v + L.kv_offset + g * D;
     const int64_t lo = W > 0 && p - W + 1 > 0 ? p - W + 1 : 0;
-    const bool lane_q = 8 * lane < D;
-    float qv[8];
-    for (int i = 0; i < 8; ++i) qv[i] = lane_q ? ws.q[b * QD + hq * D + 8 * lane + i] : 0.0f;
+    // The lane's residues 8 lane .. 8 lane + 7 of the length-256 reduction: q elements
+    // 8 lane + 256 h + i for h < DET_MK_HEAD_DIM_MAX / 256 (those below D).
+    constexpr int NH = DET_MK_HEAD_DIM_MAX / (8 * DET_WARP);
+    bool lane_q[NH];
+    float qv[NH][8];
+    for (int h = 0; h < NH; ++h) {
+      lane_q[h] = 8 * lane + 8 * DET_WARP * h < D;
+      for (int i = 0; i < 8; ++i) qv[h][i] = lane_q[h] ? ws.q[b * QD + hq * D + 8 * DET_WARP * h + 8 * lane + i] : 0.0f;
+    }
     det_attn_acc run = {0.0f, 0.0f};
     for (int64_t ch = lo / DET_ATTN_CHUNK; ch <= p / DET_ATTN_CHUNK; ++ch) {
       const bool first = ch == lo / DET_ATTN_CHUNK;
@@ -310,9 +330,11 @@ DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
       for (int64_t jg = j0; jg <= j1; jg += 8) {
         float acc[8][8];
         for (int s = 0; s < 8; ++s) {
-          const bool live = lane_q && jg + s <= j1;
           const float* kj = kc + (base + jg + s) * m.kv_row + 8 * lane;
-          for (int i = 0; i < 8; ++i) acc[s][i] = live ? det_fma_f32(qv[i], kj[i], 0.0f) : 0.0f;
+          for (int i = 0; i < 8; ++i) acc[s][i] = 0.0f;
+          for (int h = 0; h < NH; ++h)
+            if (lane_q[h] && jg + s <= j1)
+              for (int i = 0; i < 8; ++i) acc[s][i] = det_fma_f32(qv[h][i], kj[8 * DET_WARP * h + i], acc[s][i]);
         }
         det_mk_warp_tree<8>(acc);
         if (lane == 0)
@@ -376,15 +398,19 @@ DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_
   });
 }
 
-// OUT_NORM (Gemma): one warp per row, x += rmsnorm(out) * w.
-DET_DEV_NOINLINE void det_mk_phase_out_norm(const det_mk_ctx& c, const float* w) {
+// OUT_NORM (Gemma): one warp per row, x += rmsnorm(out) * w, then (Gemma-4's layer scalar, on the
+// layer's last residual step) x = fl(x * scalar).
+DET_DEV_NOINLINE void det_mk_phase_out_norm(const det_mk_ctx& c, const float* w, const float* scalar) {
   const det_llama_model& m = c.P->model;
   const int64_t H = m.hidden;
   for (int64_t b = c.gwarp; b < c.tile->n; b += c.nwarps) {
     const float* y = c.P->ws.out + b * H;
     float* x = c.P->ws.x + b * H;
     const float r = det_rmsnorm_factor_f32(det_mk_warp_dot_f32(y, y, H), H, m.rms_eps);
-    for (int64_t k = det_lane(); k < H; k += DET_WARP) x[k] = det_add_f32(x[k], det_rmsnorm_scale_f32(y[k], r, w[k]));
+    for (int64_t k = det_lane(); k < H; k += DET_WARP) {
+      x[k] = det_add_f32(x[k], det_rmsnorm_scale_f32(y[k], r, w[k]));
+      if (scalar) x[k] = det_mul_f32(x[k], *scalar);
+    }
   }
 }
 
@@ -392,7 +418,7 @@ DET_DEV_NOINLINE void det_mk_phase_out_norm(const det_mk_ctx& c, const float* w)
 DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, int64_t l) {
   const det_llama_model& m = c.P->model;
   const det_llama_layer& L = m.layers[l];
-  const int64_t H = m.hidden, I = m.inter;
+  const int64_t H = m.hidden, I = L.inter;
   float* act = c.P->ws.act;
   const int nb = c.tile->n;
   det_mk_norm_rows(c, nb, nullptr, false, L.mlp_norm);
@@ -411,6 +437,66 @@ DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, int64_t l) {
   });
 }
 
+// PLE_PROJECT (Gemma-4, before layer 0; docs/SPEC.md §13.7): the residual stream starts as the
+// embeddings, and ws.ple (rows, n_layers * P) = fl(x·Wproj * rsqrt(H)) from each block's copy of
+// the embedded rows.
+DET_DEV_NOINLINE void det_mk_phase_ple_project(const det_mk_ctx& c) {
+  const det_llama_model& m = c.P->model;
+  const int nb = c.tile->n;
+  const int64_t H = m.hidden, LP = m.n_layers * m.ple_dim;
+  const float scale = det_rsqrt_f32((float)H);
+  float* ple = c.P->ws.ple;
+  det_mk_embed_rows(c);
+  det_mk_load_rows(c, nb, nullptr, true);
+  det_mk_with_nb(nb, [&]<int NB>() {
+    auto row = [&](int64_t it) { return det_mk_row{&m.ple_model_proj, det_mk_output(c, it)}; };
+    auto emit = [&](int64_t it, const float* y) {
+      if (det_lane() != 0) return;
+      const int64_t n = det_mk_output(c, it);
+      for (int b = 0; b < nb; ++b) ple[b * LP + n] = det_mul_f32(y[b], scale);
+    };
+    det_mk_gemv<NB>(c, det_mk_items(c, LP), H, row, c.area, H, nb, emit);
+  });
+}
+
+// PLE_FINISH: one warp per (row, layer) slice of P: fl(fl(RMSNorm(slice) + fl(e * sqrt(P))) *
+// rsqrt(2)) with e the token's per-layer embedding.
+DET_DEV_NOINLINE void det_mk_phase_ple_finish(const det_mk_ctx& c) {
+  const det_llama_model& m = c.P->model;
+  const det_mk_tile& t = *c.tile;
+  const int64_t P = m.ple_dim, LP = m.n_layers * P;
+  const float embed_scale = det_sqrt_f32((float)P), half = det_rsqrt_f32(2.0f);
+  for (int64_t task = c.gwarp; task < t.n * m.n_layers; task += c.nwarps) {
+    const int64_t b = task / m.n_layers, l = task % m.n_layers;
+    float* y = c.P->ws.ple + b * LP + l * P;
+    const uint16_t* e = m.ple_embed + (int64_t)t.token[b] * LP + l * P;
+    det_mk_warp_rmsnorm(y, P, m.ple_proj_norm, m.rms_eps);
+    for (int64_t k = det_lane(); k < P; k += DET_WARP)
+      y[k] = det_mul_f32(det_add_f32(y[k], det_mul_f32(det_bf16_to_f32(e[k]), embed_scale)), half);
+  }
+}
+
+// PLE_GATE (Gemma-4, after the MLP): act (rows, P) = gelu(x·Wgate) * the layer's per-layer input,
+// from the residual stream itself (not normalized).
+DET_DEV_NOINLINE void det_mk_phase_ple_gate(const det_mk_ctx& c, int64_t l) {
+  const det_llama_model& m = c.P->model;
+  const det_llama_layer& L = m.layers[l];
+  const int64_t H = m.hidden, P = m.ple_dim, LP = m.n_layers * P;
+  const float* ple = c.P->ws.ple;
+  float* act = c.P->ws.act;
+  const int nb = c.tile->n;
+  det_mk_with_nb(nb, [&]<int NB>() {
+    auto row = [&](int64_t it) { return det_mk_row{&L.ple_gate, det_mk_output(c, it)}; };
+    auto emit = [&](int64_t it, const float* y) {
+      if (det_lane() != 0) return;
+      const int64_t n = det_mk_output(c, it);
+      for (int b = 0; b < nb; ++b)
+        act[b * P + n] = det_mul_f32(det_act_f32(DET_ACT_GELU_TANH, y[b]), ple[b * LP + l * P + n]);
+    };
+    det_mk_gemv<NB>(c, det_mk_items(c, P), H, row, c.P->ws.x, H, nb, emit);
+  });
+}
+
 // HEAD: final norm of the wanted rows and the lm_head rows; logits go to the tile's destinations.
 DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c) {
   const det_llama_model& m = c.P->model;
@@ -423,7 +509,7 @@ DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c) {
     auto emit = [&](int64_t it, const float* y) {
       if (det_lane() != 0) return;
       const int64_t n = det_mk_output(c, it);
-      for (int j = 0; j < nw; ++j) t.dst[j][n] = y[j];
+      for (int j = 0; j < nw; ++j) t.dst[j][n] = m.softcap ? det_softcap_f32(y[j], *m.softcap) : y[j];
     };
     det_mk_gemv<NB>(c, det_mk_items(c, m.vocab), m.hidden, row, c.area, m.hidden, nw, emit);
   });
@@ -527,26 +613,42 @@ DET_DEV_NOINLINE void det_mk_phase_argmax(const det_mk_ctx& c) {
 DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
   const det_llama_model& m = c.P->model;
   const det_mk_workspace& ws = c.P->ws;
+  const bool ple = m.ple_dim > 0;
+  if (ple) {
+    det_mk_phase_ple_project(c);
+    det_sync_grid(ws.barrier);
+    det_mk_phase_ple_finish(c);
+    det_sync_grid(ws.barrier);
+  }
   for (int64_t l = 0; l < m.n_layers; ++l) {
+    const det_llama_layer& L = m.layers[l];
     det_mk_phase_qkv(c, l);
     det_sync_grid(ws.barrier);
     det_mk_phase_rope(c, l);
     det_sync_grid(ws.barrier);
     det_mk_phase_attn(c, l);
     det_sync_grid(ws.barrier);
-    const det_llama_layer& L = m.layers[l];
-    det_mk_phase_residual_gemv(c, &L.wo, ws.att, m.n_heads * m.head_dim, L.attn_out_norm);
+    det_mk_phase_residual_gemv(c, &L.wo, ws.att, m.n_heads * L.head_dim, L.attn_out_norm);
     det_sync_grid(ws.barrier);
     if (L.attn_out_norm) {
-      det_mk_phase_out_norm(c, L.attn_out_norm);
+      det_mk_phase_out_norm(c, L.attn_out_norm, nullptr);
       det_sync_grid(ws.barrier);
     }
     det_mk_phase_mlp(c, l);
     det_sync_grid(ws.barrier);
-    det_mk_phase_residual_gemv(c, &L.w_down, ws.act, m.inter, L.mlp_out_norm);
+    det_mk_phase_residual_gemv(c, &L.w_down, ws.act, L.inter, L.mlp_out_norm);
     det_sync_grid(ws.barrier);
+    // The layer scalar rides on the layer's last output norm (det_mk_check_model).
     if (L.mlp_out_norm) {
-      det_mk_phase_out_norm(c, L.mlp_out_norm);
+      det_mk_phase_out_norm(c, L.mlp_out_norm, ple ? nullptr : L.scalar);
+      det_sync_grid(ws.barrier);
+    }
+    if (ple) {
+      det_mk_phase_ple_gate(c, l);
+      det_sync_grid(ws.barrier);
+      det_mk_phase_residual_gemv(c, &L.ple_proj, ws.act, m.ple_dim, true);
+      det_sync_grid(ws.barrier);
+      det_mk_phase_out_norm(c, L.ple_out_norm, L.scalar);
       det_sync_grid(ws.barrier);
     }
   }

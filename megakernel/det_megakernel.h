@@ -22,7 +22,7 @@
 #endif
 
 #define DET_MK_ROWS_MAX 16       // rows per tile, and sequences per generate program
-#define DET_MK_HEAD_DIM_MAX 256  // attention keeps one 8-wide slice of q per lane
+#define DET_MK_HEAD_DIM_MAX 512  // attention keeps two 8-wide slices of q per lane
 #define DET_MK_RING_MAX 4
 
 // Launch geometry: scheduling only, never a bit of the result (docs/SPEC.md §14.3).
@@ -70,7 +70,8 @@ struct det_mk_workspace {
   float* k;       // (rows, kv_heads*head_dim)
   float* v;       // (rows, kv_heads*head_dim)
   float* att;     // (rows, heads*head_dim) attention output
-  float* act;     // (rows, inter) silu(gate) * up
+  float* act;     // (rows, inter) act(gate) * up; Gemma-4: also (rows, P) the per-layer branch's
+  float* ple;     // (rows, n_layers * P) Gemma-4's per-layer inputs
   float* logits;  // (rows, vocab) generate mode without step_logits
   float* sincos;  // (rows, rope_pairs, 2) the rows' rope (sin, cos), every table's pairs
   float* sample_e;        // (rows, vocab) the sampler's scratch (det_sample_f32)

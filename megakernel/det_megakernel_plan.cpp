@@ -8,7 +8,7 @@
 namespace {
 
 struct Sizes {
-  int64_t x, q, kv, att, act, logits, sincos;
+  int64_t x, q, kv, att, act, ple, logits, sincos;
 };
 
 // Every section a multiple of 4 words, so that each starts 16-byte aligned.
@@ -16,8 +16,10 @@ int64_t up4(int64_t n) { return (n + 3) / 4 * 4; }
 
 Sizes sizes(const det_llama_model* m, int rows) {
   const int64_t QD = m->n_heads * m->head_dim, KVD = m->n_kv_heads * m->head_dim;
-  return {up4(rows * m->hidden), up4(rows * QD),       up4(rows * KVD),           up4(rows * QD),
-          up4(rows * m->inter),  up4(rows * m->vocab), up4(rows * m->rope_pairs * 2)};
+  const int64_t act = m->inter > m->ple_dim ? m->inter : m->ple_dim;
+  return {up4(rows * m->hidden), up4(rows * QD),       up4(rows * KVD),
+          up4(rows * QD),        up4(rows * act),      up4(rows * m->n_layers * m->ple_dim),
+          up4(rows * m->vocab),  up4(rows * m->rope_pairs * 2)};
 }
 
 int fail(const char** why, int code, const char* text) {
@@ -29,7 +31,7 @@ int fail(const char** why, int code, const char* text) {
 
 size_t det_mk_workspace_bytes(const det_llama_model* m, int tile_rows) {
   const Sizes s = sizes(m, tile_rows);
-  const int64_t words = 2 * s.x + s.q + 2 * s.kv + s.att + s.act + 3 * s.logits + s.sincos;  // fp32 or int32
+  const int64_t words = 2 * s.x + s.q + 2 * s.kv + s.att + s.act + s.ple + 3 * s.logits + s.sincos;  // fp32 or int32
   return (size_t)words * 4 + DET_MK_ROWS_MAX * sizeof(int32_t) + 4 * sizeof(unsigned int);
 }
 
@@ -44,6 +46,7 @@ det_mk_workspace det_mk_workspace_carve(const det_llama_model* m, int tile_rows,
   w.v = f; f += s.kv;
   w.att = f; f += s.att;
   w.act = f; f += s.act;
+  w.ple = f; f += s.ple;
   w.logits = f; f += s.logits;
   w.sincos = f; f += s.sincos;
   w.sample_e = f; f += s.logits;
@@ -54,28 +57,28 @@ det_mk_workspace det_mk_workspace_carve(const det_llama_model* m, int tile_rows,
 }
 
 int det_mk_check_model(const det_llama_model* m, const char** why) {
-  if (m->hidden % 8 || m->inter % 8 || m->head_dim % 8)
-    return fail(why, DET_MK_ERR_SHAPE, "the megakernel needs hidden_size, intermediate_size and head_dim to be "
-                                       "multiples of 8 (16-byte weight loads)");
+  bool widths8 = m->hidden % 8 == 0 && m->ple_dim % 8 == 0;
+  for (int64_t l = 0; widths8 && m->layers && l < m->n_layers; ++l)
+    widths8 = m->layers[l].head_dim % 8 == 0 && m->layers[l].inter % 8 == 0;
+  if (!widths8)
+    return fail(why, DET_MK_ERR_SHAPE, "the megakernel needs hidden_size, intermediate_size, head_dim and "
+                                       "hidden_size_per_layer_input to be multiples of 8 (16-byte weight loads)");
   if (m->head_dim > DET_MK_HEAD_DIM_MAX)
-    return fail(why, DET_MK_ERR_SHAPE, "the megakernel supports head_dim up to 256");
+    return fail(why, DET_MK_ERR_SHAPE, "the megakernel supports head_dim up to 512");
   if (m->vocab > (int64_t)1 << 30 || m->n_layers < 1 || m->n_heads < 1 || m->n_kv_heads < 1 ||
-      m->n_heads % m->n_kv_heads)
+      m->n_heads % m->n_kv_heads || !m->layers)
     return fail(why, DET_MK_ERR_SHAPE, "inconsistent model shape (heads, kv heads, layers or vocab)");
-  // Gemma-4's features are not in the megakernel yet: refused here with a sentence (docs/SPEC.md §14).
-  bool uniform = m->ple_dim == 0 && !m->softcap;
-  for (int64_t l = 0; uniform && m->layers && l < m->n_layers; ++l) {
+  // A layer scalar is applied with the layer's last output norm: the per-layer branch's, or the MLP's.
+  for (int64_t l = 0; l < m->n_layers; ++l) {
     const det_llama_layer& L = m->layers[l];
-    uniform = L.head_dim == m->head_dim && L.inter == m->inter && L.kv_source == l && !L.v_norm && !L.scalar;
+    if ((m->ple_dim > 0 && !L.ple_out_norm) || (L.scalar && m->ple_dim == 0 && !L.mlp_out_norm))
+      return fail(why, DET_MK_ERR_SHAPE, "the megakernel needs the per-layer input branch's output norm, and a "
+                                         "layer scalar only on layers with an MLP output norm");
   }
-  if (!uniform)
-    return fail(why, DET_MK_ERR_SHAPE, "the megakernel does not run Gemma-4's features yet (per-layer head sizes "
-                                       "or MLP widths, KV sharing, per-layer inputs, v norm, layer scalars, logit "
-                                       "softcapping); use the CPU engine (device='cpu')");
   if (!det_llama_model_valid(m))
     return fail(why, DET_MK_ERR_SHAPE, "a projection is neither dense bf16 nor nf4 with absmax, codebook and a "
                                        "block of 8 to 2^20 elements, or a switch (activation, rope tables, a "
-                                       "layer's table or window) is out of range");
+                                       "layer's table, window, head size, MLP width or K/V source) is out of range");
   return DET_MK_OK;
 }
 

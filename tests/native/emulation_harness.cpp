@@ -5,6 +5,8 @@
 // in exactly sized buffers, blocks of 16 and of 8), several programs (two
 // sequences interleaved, a prefill crossing a 128-position chunk, generation with a stop id) and
 // several geometries, greedy and sampled; every emulated result must equal the engine's bit for bit.
+// A Gemma-4 layout adds per-layer head sizes (one above 256, not a multiple of 256), MLP widths, KV
+// sharing, v norm, proportional rope, per-layer inputs, layer scalars and a softcapped head.
 // Prints "ok <cases>" or the first mismatch, and exits non-zero on a mismatch.
 #include <math.h>
 #include <stdio.h>
@@ -109,6 +111,70 @@ struct Model {
     }
     m.layers = layers.data();
     m.kv_row = m.n_layers * KVD;
+  }
+};
+
+// Gemma-4's switches at a small size (docs/SPEC.md §13.7): layer 0 sliding (head 16, rope table 1),
+// layer 1 full (head 264: its q takes a second, partial slice per lane; proportional rope, 33
+// pairs (x_i, x_{i+132})), layer 2 sliding reading layer 0's K/V with a double-wide MLP; per-layer
+// inputs of 16, layer scalars, softcap 30.
+struct Gemma4Model : Model {
+  std::vector<float> ones, scalars;
+  float softcap = 30.0f;
+
+  Gemma4Model() : Model(false, 0) {
+    const int64_t H = 64, P = 16, D[3] = {16, 264, 16}, I[3] = {96, 96, 192}, src[3] = {0, 1, 0};
+    layers.clear();
+    inv_freq.clear();
+    m.n_layers = 3, m.head_dim = 264, m.inter = 192, m.rope_tables = 2;
+    m.rope[0] = {33, 132, 0}, m.rope[1] = {8, 8, 33}, m.rope_pairs = 41;
+    for (int i = 0; i < 33; ++i) inv_freq.push_back(pow(1e6, -2.0 * i / 264.0));
+    for (int i = 0; i < 8; ++i) inv_freq.push_back(pow(1e4, -2.0 * i / 16.0));
+    m.inv_freq = inv_freq.data();
+    m.attn_scale_dim = 1, m.act = DET_ACT_GELU_TANH, m.embed_scale = 8.0f;  // fl32(sqrt(64))
+    m.embed = tensor(m.vocab * H, 0.15f);
+    m.final_norm = norm(H, 0.0f);
+    m.softcap = &softcap;
+    m.ple_dim = P;
+    m.ple_embed = tensor(m.vocab * m.n_layers * P, 0.5f);
+    m.ple_model_proj = matrix(m.n_layers * P * H, 0.3f);
+    m.ple_proj_norm = norm(P, 0.0f);
+    ones.assign(m.head_dim, 1.0f);
+    scalars = {0.75f, 0.5f, 0.875f};
+    int64_t offset = 0;
+    for (int64_t l = 0; l < m.n_layers; ++l) {
+      const int64_t QD = m.n_heads * D[l], KVD = m.n_kv_heads * D[l];
+      det_llama_layer L{};
+      L.head_dim = D[l], L.inter = I[l], L.kv_source = src[l];
+      L.window = l == 1 ? 0 : 40, L.rope_table = l == 1 ? 0 : 1;
+      L.attn_norm = norm(H, 0.0f);
+      L.wq = matrix(QD * H, 0.3f);
+      if (src[l] == l) {
+        L.wk = matrix(KVD * H, 0.3f);
+        L.wv = matrix(KVD * H, 0.3f);
+        L.kv_offset = offset;
+        offset += KVD;
+      } else {
+        L.kv_offset = layers[src[l]].kv_offset;
+      }
+      L.wo = matrix(H * QD, 0.3f);
+      L.q_norm = norm(D[l], 0.0f);
+      L.k_norm = norm(D[l], 0.0f);
+      L.v_norm = ones.data();
+      L.attn_out_norm = norm(H, 0.0f);
+      L.mlp_norm = norm(H, 0.0f);
+      L.w_gate = matrix(I[l] * H, 0.3f);
+      L.w_up = matrix(I[l] * H, 0.3f);
+      L.w_down = matrix(H * I[l], 0.3f);
+      L.mlp_out_norm = norm(H, 0.0f);
+      L.ple_gate = matrix(P * H, 0.3f);
+      L.ple_proj = matrix(H * P, 0.3f);
+      L.ple_out_norm = norm(H, 0.0f);
+      L.scalar = &scalars[l];
+      layers.push_back(L);
+    }
+    m.layers = layers.data();
+    m.kv_row = offset;
   }
 };
 
@@ -248,6 +314,11 @@ int main() {
       forward_case(M, g);
       generate_case(M, g);
     }
+  }
+  const Gemma4Model G;
+  for (const det_mk_geometry& g : {geometries[1], geometries[2]}) {
+    forward_case(G, g);
+    generate_case(G, g);
   }
   printf("%s %d\n", failures ? "FAILED" : "ok", cases);
   return failures ? 1 : 0;

@@ -1,5 +1,5 @@
 """MegaModel: bit-exact inference for llama-family checkpoints (Llama, Qwen3, Mistral, Gemma-3,
-Gemma-4 text models on the CPU engine).
+Gemma-4 text models).
 
     mm = MegaModel.from_pretrained("path/to/model")          # config.json + safetensors, CPU engine
     mm = MegaModel.from_pretrained("path", device="cuda")    # the megakernel, one launch per call
