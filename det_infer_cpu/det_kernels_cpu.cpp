@@ -29,13 +29,14 @@ int hardware_isa() {
 #endif
 }
 
-// The one choice of GEMV version. AVX-512 serves the batch-1 kernel and, for nf4, the row decoder
-// under the AVX2 batched kernel (det_nf4_decode_row reads the level itself).
+// The one choice of GEMV version. AVX-512 serves the batch-1 kernel, the bf16 tiles of 3 or more
+// inputs and, for nf4, the row decoder under the AVX2 batched kernel (det_nf4_decode_row reads the
+// level itself). Two inputs stream rows on AVX2.
 int gemv_isa(const det_matrix& W, int64_t K, int64_t B) {
   const bool fits = K % 16 == 0 && (W.bf16 || W.block_shift >= 4);
   const int isa = det_cpu_isa();
   if (!fits || isa < DET_ISA_AVX2) return DET_ISA_REF;
-  return isa >= DET_ISA_AVX512 && (B == 1 || !W.bf16) ? DET_ISA_AVX512 : DET_ISA_AVX2;
+  return isa >= DET_ISA_AVX512 && (B != 2 || !W.bf16) ? DET_ISA_AVX512 : DET_ISA_AVX2;
 }
 
 // gelu-tanh has no SIMD version: it runs once per intermediate element and token, against a
@@ -93,6 +94,7 @@ void det_gemv_rows(const det_matrix& W, int64_t K, const float* X, int64_t B, fl
 #if defined(__x86_64__)
     case DET_ISA_AVX512:
       if (B == 1) return det_gemv_rows_b1_avx512(W, K, X, Y, r0, r1);
+      if (W.bf16) return det_gemv_rows_tile_avx512(W.bf16, K, X, B, Y, ldy, r0, r1);
       return det_gemv_rows_avx2(W, K, X, B, Y, ldy, r0, r1);
     case DET_ISA_AVX2: return det_gemv_rows_avx2(W, K, X, B, Y, ldy, r0, r1);
 #endif

@@ -9,10 +9,11 @@
 
 // ISA levels. The level used is the CPU's, capped by DET_INFER_GEMV=ref|avx2 in the environment or
 // by det_set_isa_cap (for tests and A/B runs). AVX-512 (F, BW, VL, DQ) runs the batch-1 GEMV (16
-// leaf registers in natural order, nf4 decoded in registers) and the nf4 row decoder of the
-// batched GEMV (one vpermw per 16 codes); batched GEMVs stay AVX2. (An AVX-512 tile kernel was measured on a
-// Zen 4 EPYC, which executes 512-bit fma as two 256-bit halves: no faster than AVX2, so it was
-// dropped.)
+// leaf registers in natural order, nf4 decoded in registers), the bf16 GEMV of 3 or more inputs
+// (256-bit tiles in AVX-512VL's 32 registers) and the nf4 row decoder of the batched GEMV (one
+// vpermw per 16 codes); 2 inputs and batched nf4 stay AVX2. (A tile kernel in 512-bit registers was
+// measured on a Zen 4 EPYC, which executes 512-bit fma as two 256-bit halves: no faster than AVX2,
+// so it was dropped; the register count is what pays.)
 enum { DET_ISA_REF = 0, DET_ISA_AVX2 = 1, DET_ISA_AVX512 = 2 };
 int det_cpu_isa();
 void det_set_isa_cap(int level);
@@ -22,7 +23,8 @@ void det_set_isa_cap(int level);
 void det_gemv_rows(const det_matrix& W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
                    int64_t r0, int64_t r1);
 // Which version det_gemv_rows uses for W with rows of length K and B inputs: "ref", "avx2", or
-// "avx512" (the batch-1 kernel, or the AVX-512 nf4 row decoder under the AVX2 batched kernel).
+// "avx512" (the batch-1 kernel, the bf16 tiles of 3 or more inputs, or the AVX-512 nf4 row decoder
+// under the AVX2 batched kernel).
 const char* det_gemv_impl_name(const det_matrix& W, int64_t K, int64_t B);
 // Canonical dot of two fp32 vectors (attention scores).
 float det_dot_f32(const float* a, const float* b, int64_t K);
@@ -46,6 +48,10 @@ void det_nf4_decode_row(const det_matrix& W, int64_t i0, int64_t K, uint16_t* ou
 // x86/det_gemv_b1_avx512.cpp: y[r] = canonical dot(W[r, :], x) for one input, W bf16 or nf4
 // (decoded in registers; blocks of at least 16), K % 16 == 0.
 void det_gemv_rows_b1_avx512(const det_matrix& W, int64_t K, const float* x, float* y, int64_t r0, int64_t r1);
+// x86/det_gemv_tile_avx512.cpp: the same for bf16 rows and B inputs in register tiles (any B; used
+// for B >= 3), K % 16 == 0.
+void det_gemv_rows_tile_avx512(const uint16_t* W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
+                               int64_t r0, int64_t r1);
 // AVX2 + FMA (x86/det_act_avx2.cpp)
 void det_silu_mul_avx2(const float* gate, const float* up, float* out, int64_t n);
 void det_exp_sub_avx2(const float* s, float m, float* e, int64_t n);
