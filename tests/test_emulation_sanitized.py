@@ -1,8 +1,9 @@
 """The megakernel's device code under host SIMT emulation, and the CPU engine, built with
 AddressSanitizer and UndefinedBehaviorSanitizer (tests/native/emulation_harness.cpp, torch-free):
 every program (interleaved sequences, a prefill across a 128-position chunk, generation with and
-without returned logits and a stop id) on four small models (dense and nf4 projections) and four
-geometries runs clean and equals the engine bit for bit. An out-of-bounds access anywhere on the way
+without returned logits and a stop id) on five small models (dense and nf4 projections, Gemma-3's
+switches) in four geometries and a Gemma-4 layout (per-layer head sizes up to 264, KV sharing,
+per-layer inputs) in two runs clean and equals the engine bit for bit. An out-of-bounds access anywhere on the way
 aborts the run."""
 import shutil
 import subprocess
