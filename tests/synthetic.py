@@ -120,8 +120,9 @@ def irwin_hall_bf16(name, shape, log2_scale, offset=0.0, seed=0):
     return torch.from_numpy(bits.astype(np.uint16).view(np.int16).reshape(shape).copy()).view(torch.bfloat16)
 
 
-def state_dict(family, seed=0):
-    c = CONFIGS[family]
+def state_dict(family, seed=0, config=None):
+    """The family's weights; config (default CONFIGS[family]) may change its shapes."""
+    c = config or CONFIGS[family]
     if c["model_type"] == "gemma4_text":
         return _gemma4_state_dict(c, seed)
     H, D, I, V = c["hidden_size"], c["head_dim"], c["intermediate_size"], c["vocab_size"]
@@ -149,14 +150,16 @@ def state_dict(family, seed=0):
     return sd
 
 
-def write_checkpoint(family, directory, seed=0):
-    """config.json + model.safetensors for a synthetic model; returns the directory."""
+def write_checkpoint(family, directory, seed=0, **changes):
+    """config.json + model.safetensors for a synthetic model, its config fields updated by changes
+    (a variant of the family: other sizes); returns the directory."""
     from safetensors.torch import save_file
 
+    config = dict(CONFIGS[family], **changes)
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "config.json"), "w") as f:
-        json.dump(CONFIGS[family], f, indent=1)
-    save_file(state_dict(family, seed), os.path.join(directory, "model.safetensors"))
+        json.dump(config, f, indent=1)
+    save_file(state_dict(family, seed, config), os.path.join(directory, "model.safetensors"))
     return directory
 
 

@@ -37,15 +37,11 @@ def test_gemma4_at_e2b_widths(di, tmp_path):
     """E2B's real layer sizes (hidden 1536, 8 heads over 1 KV head of 256 / 512, MLP 6144 and 12288
     on the shared layers, per-layer inputs of 256) for six layers; a 2048-token vocabulary (the
     vocabulary does not enter any layer's arithmetic)."""
-    cfg = dict(copy.deepcopy(GEMMA4), vocab_size=2048, vocab_size_per_layer_input=2048, hidden_size=1536,
-               intermediate_size=6144, num_hidden_layers=6, num_attention_heads=8, head_dim=256,
-               global_head_dim=512, hidden_size_per_layer_input=256, num_kv_shared_layers=1, sliding_window=512,
-               layer_types=["sliding_attention"] * 4 + ["full_attention"] * 2)
-    synthetic.CONFIGS["gemma4-e2b-widths"] = cfg
-    try:
-        directory = synthetic.write_checkpoint("gemma4-e2b-widths", str(tmp_path / "e2b"))
-    finally:
-        del synthetic.CONFIGS["gemma4-e2b-widths"]
+    directory = synthetic.write_checkpoint(
+        "gemma4", str(tmp_path / "e2b"), vocab_size=2048, vocab_size_per_layer_input=2048, hidden_size=1536,
+        intermediate_size=6144, num_hidden_layers=6, num_attention_heads=8, head_dim=256, global_head_dim=512,
+        hidden_size_per_layer_input=256, num_kv_shared_layers=1, sliding_window=512,
+        layer_types=["sliding_attention"] * 4 + ["full_attention"] * 2)
     mm = di.MegaModel.from_pretrained(directory, max_context=64)
     assert [r[2:] for r in mm.config.layer_rows()] == [(256, 6144, i) for i in range(4)] + [(512, 6144, 4),
                                                                                           (512, 12288, 4)]

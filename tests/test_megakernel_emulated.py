@@ -144,11 +144,7 @@ def test_raw_op_refuses_bad_programs(di, tmp_root):
 @pytest.mark.parametrize("head_dim,message", [(20, "multiples of 8"), (520, "head_dim up to 512")])
 def test_shapes_the_megakernel_cannot_take(di, tmp_path, head_dim, message):
     """The CPU engine runs these; the megakernel refuses them before launch, with a sentence."""
-    synthetic.CONFIGS["llama-odd-head"] = dict(synthetic.CONFIGS["llama"], head_dim=head_dim)
-    try:
-        directory = synthetic.write_checkpoint("llama-odd-head", str(tmp_path / "odd"))
-    finally:
-        del synthetic.CONFIGS["llama-odd-head"]
+    directory = synthetic.write_checkpoint("llama", str(tmp_path / "odd"), head_dim=head_dim)
     assert di.MegaModel.from_pretrained(directory, max_context=8).teacher_forced_logits([5, 6]).isfinite().all()
     mm = di.MegaModel.from_pretrained(directory, max_context=8, executor="emulated")
     with pytest.raises(ValueError, match=message):
