@@ -49,6 +49,11 @@ DET_CPU_CLONES void exp_sub_ref(const float* s, float m, float* e, int64_t n) {
   for (int64_t i = 0; i < n; ++i) e[i] = det_exp_f32(det_sub_f32(s[i], m));
 }
 
+DET_CPU_CLONES void attn_scores_ref(const float* q, const float* k, int64_t stride, int64_t D, int64_t n,
+                                    float scale, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = det_mul_f32(det_dot_f32_ref(q, k + i * stride, D), scale);
+}
+
 }  // namespace
 
 int det_cpu_isa() {
@@ -107,11 +112,12 @@ const char* det_gemv_impl_name(const det_matrix& W, int64_t K, int64_t B) {
   return names[gemv_isa(W, K, B)];
 }
 
-float det_dot_f32(const float* a, const float* b, int64_t K) {
+void det_attn_scores(const float* q, const float* k, int64_t stride, int64_t D, int64_t n, float scale,
+                     float* out) {
 #if defined(__x86_64__)
-  if (det_cpu_isa() >= DET_ISA_AVX2 && K % 8 == 0) return det_dot_f32_avx2(a, b, K);
+  if (det_cpu_isa() >= DET_ISA_AVX2 && D % 8 == 0) return det_attn_scores_avx2(q, k, stride, D, n, scale, out);
 #endif
-  return det_dot_f32_ref(a, b, K);
+  attn_scores_ref(q, k, stride, D, n, scale, out);
 }
 
 void det_act_mul(int act, const float* gate, const float* up, float* out, int64_t n) {

@@ -26,8 +26,9 @@ void det_gemv_rows(const det_matrix& W, int64_t K, const float* X, int64_t B, fl
 // "avx512" (the batch-1 kernel, the bf16 tiles of 3 or more inputs, or the AVX-512 nf4 row decoder
 // under the AVX2 batched kernel).
 const char* det_gemv_impl_name(const det_matrix& W, int64_t K, int64_t B);
-// Canonical dot of two fp32 vectors (attention scores).
-float det_dot_f32(const float* a, const float* b, int64_t K);
+// Attention scores of one query: out[i] = fl(canonical dot(q, k + i*stride over D) * scale), i < n.
+void det_attn_scores(const float* q, const float* k, int64_t stride, int64_t D, int64_t n, float scale,
+                     float* out);
 // out[i] = fl(act(gate[i]) * up[i]), act silu or gelu-tanh (DET_ACT_*, det_llama_model.h)
 void det_act_mul(int act, const float* gate, const float* up, float* out, int64_t n);
 // e[i] = exp(fl(s[i] - m))
@@ -41,7 +42,6 @@ void det_gemv_rows_ref(const det_matrix& W, int64_t K, const float* X, int64_t B
 // and nf4 blocks of at least 16.
 void det_gemv_rows_avx2(const det_matrix& W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
                         int64_t r0, int64_t r1);
-float det_dot_f32_avx2(const float* a, const float* b, int64_t K);  // K % 8 == 0
 // x86/det_nf4_decode.cpp: out[0..K) = bf16 bits of the nf4 weights at flat indices i0 .. i0+K
 // (i0 % 16 == 0, K % 16 == 0, blocks of at least 16); AVX-512 at that level, else AVX2.
 void det_nf4_decode_row(const det_matrix& W, int64_t i0, int64_t K, uint16_t* out);
@@ -52,6 +52,9 @@ void det_gemv_rows_b1_avx512(const det_matrix& W, int64_t K, const float* x, flo
 // for B >= 3), K % 16 == 0.
 void det_gemv_rows_tile_avx512(const uint16_t* W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
                                int64_t r0, int64_t r1);
+// x86/det_attn_avx2.cpp: det_attn_scores eight keys at a time; D % 8 == 0.
+void det_attn_scores_avx2(const float* q, const float* k, int64_t stride, int64_t D, int64_t n, float scale,
+                          float* out);
 // AVX2 + FMA (x86/det_act_avx2.cpp)
 void det_silu_mul_avx2(const float* gate, const float* up, float* out, int64_t n);
 void det_exp_sub_avx2(const float* s, float m, float* e, int64_t n);

@@ -110,11 +110,9 @@ DET_CPU_CLONES void attend(const float* q, const float* kc, const float* vc, int
   for (int64_t c = lo / DET_ATTN_CHUNK; c <= p / DET_ATTN_CHUNK; ++c) {
     const int64_t base = c * DET_ATTN_CHUNK;
     const int64_t j0 = std::max(lo, base) - base, j1 = std::min(p, base + DET_ATTN_CHUNK - 1) - base;
-    float m = 0.0f;
-    for (int64_t j = j0; j <= j1; ++j) {
-      score[j] = det_mul_f32(det_dot_f32(q, kc + (base + j) * stride, D), scale);
-      m = (j == j0 || score[j] > m) ? score[j] : m;
-    }
+    det_attn_scores(q, kc + (base + j0) * stride, stride, D, j1 - j0 + 1, scale, score + j0);
+    float m = score[j0];
+    for (int64_t j = j0 + 1; j <= j1; ++j) m = score[j] > m ? score[j] : m;
     for (int j = 0; j < DET_REDUCE_LANES; ++j) l_acc[j] = 0.0f;
     det_exp_sub(score + j0, m, ex + j0, j1 - j0 + 1);
     bool live[DET_ATTN_CHUNK];

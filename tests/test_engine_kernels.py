@@ -135,15 +135,29 @@ def test_engine_activations_equal_the_contract(di, isa, fn):
     assert torch.equal(out.view(torch.int32), di.contract.unary(x, fn).view(torch.int32))
 
 
-@pytest.mark.parametrize("isa", [1], indirect=True, ids=["avx2"])
-def test_engine_dot_equals_the_contract(di, isa):
-    """The attention-score dot of the engine (AVX2 where available) against det_dot_f32_ref."""
-    rng = np.random.default_rng(5)
-    x = torch.from_numpy((rng.standard_normal(64 * 5000) * 10.0 ** rng.uniform(-20, 20, 64 * 5000)).astype(np.float32))
-    x[:64] = 0.0
-    x[64:128] = -0.0
-    out = torch.empty(x.numel())
-    di.ops.act_engine(out, x, "dot64")
-    rows = x.view(-1, 64)
-    want = torch.stack([di.contract.gemv(r.view(1, 64), r)[0] for r in rows])
-    assert torch.equal(out[: rows.shape[0]].view(torch.int32), want.view(torch.int32))
+@pytest.mark.parametrize("isa", [0, 1], indirect=True, ids=["ref", "avx2"])
+@pytest.mark.parametrize("D", [8, 40, 64, 128, 256, 264, 512])
+def test_engine_attention_scores_equal_the_contract(di, isa, D):
+    """The engine's attention scores (eight keys at a time, +0 leaves skipped) against
+    fl(det_dot_f32_ref(k_i, q) * scale), bit for bit: keys in a wider cache row, counts around the
+    group of eight, values over 40 decades, a zero key, a key whose products all round to -0 (it
+    sums to +0 unless D fills all 256 lanes), and infinities and NaNs."""
+    rng = np.random.default_rng(D)
+    n = 133
+    cache = torch.from_numpy((rng.standard_normal((n, D + 24)) * 10.0 ** rng.uniform(-20, 20, (n, D + 24)))
+                             .astype(np.float32))
+    q = torch.from_numpy((rng.standard_normal(D) * 10.0 ** rng.uniform(-3, -1, D)).astype(np.float32)).abs()
+    k = cache[:, 8:8 + D]
+    k[0] = 0.0
+    k[1] = -1e-45  # the smallest subnormal: every product with q (all below 0.5) rounds to -0
+    k[2, 3] = float("inf")
+    k[3, 1], k[3, 2] = float("inf"), float("-inf")
+    k[4, 0] = float("nan")
+    scale = float(np.float32(D ** -0.5))
+    want = (torch.stack([di.contract.gemv(r.contiguous().view(1, D), q)[0] for r in k]) *
+            torch.tensor(scale, dtype=torch.float32))
+    for count in (1, 5, 8, 13, n):
+        out = torch.full((count,), 7.0)
+        di.ops.attn_scores_engine(out, q, k[:count], scale)
+        assert torch.equal(out.view(torch.int32), want[:count].view(torch.int32)), count
+    assert want[0].item() == 0.0 and str(want[1].item()) == ("-0.0" if D >= 256 else "0.0")

@@ -143,17 +143,27 @@ void act_engine(torch::Tensor& out, const torch::Tensor& x, const std::string& f
   det_fpenv_guard env;
   if (fn == "exp") {
     det_exp_sub(x.data_ptr<float>(), 0.0f, out.data_ptr<float>(), n);  // exp(fl(x - 0)) = exp(x)
-  } else if (fn == "dot64") {  // canonical dots of consecutive 64-element pieces of x with themselves
-    TORCH_CHECK_VALUE(n % 64 == 0, "det-infer: dot64 needs a multiple of 64 elements");
-    const float* p = x.data_ptr<float>();
-    for (int64_t i = 0; i < n / 64; ++i) out.data_ptr<float>()[i] = det_dot_f32(p + 64 * i, p + 64 * i, 64);
   } else if (fn == "silu" || fn == "gelu_tanh") {
     std::vector<float> ones(n, 1.0f);                                    // act(x) * 1 = act(x)
     det_act_mul(fn == "silu" ? DET_ACT_SILU : DET_ACT_GELU_TANH, x.data_ptr<float>(), ones.data(),
                 out.data_ptr<float>(), n);
   } else {
-    TORCH_CHECK_VALUE(false, "det-infer: act_engine supports exp, silu, gelu_tanh, dot64; got '", fn, "'");
+    TORCH_CHECK_VALUE(false, "det-infer: act_engine supports exp, silu, gelu_tanh; got '", fn, "'");
   }
+}
+
+// out[i] = fl(canonical dot(q, k[i]) * scale): the engine's attention scores over the rows of k
+// (row stride free, as in a KV cache).
+void attn_scores_engine(torch::Tensor& out, const torch::Tensor& q, const torch::Tensor& k, double scale) {
+  check_dense(q, "q", torch::kFloat32);
+  check_dense(out, "out", torch::kFloat32);
+  TORCH_CHECK_VALUE(q.is_cpu() && k.is_cpu() && out.is_cpu(), "det-infer: attn_scores_engine takes CPU tensors");
+  TORCH_CHECK_VALUE(k.scalar_type() == torch::kFloat32 && k.dim() == 2 && k.stride(1) == 1 &&
+                        k.size(1) == q.numel() && out.numel() == k.size(0),
+                    "det-infer: k must be fp32 (n, D) with unit column stride, q (D,) and out (n,)");
+  det_fpenv_guard env;
+  det_attn_scores(q.data_ptr<float>(), k.data_ptr<float>(), k.stride(0), q.numel(), k.size(0), (float)scale,
+                  out.data_ptr<float>());
 }
 
 // w: bf16 (N, K), or nf4 uint8 codes (N, K/2) with absmax (its fp32 block scales).
@@ -232,6 +242,9 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // the engine's vectorized exp(x) or silu(x) (for tests against unary_f32)
   ops.def("act_engine(Tensor! out, Tensor x, str fn) -> ()");
   ops.impl("act_engine", torch::kCPU, &act_engine);
+  // the engine's attention scores of one query against rows of k (for tests against the contract)
+  ops.def("attn_scores_engine(Tensor! out, Tensor q, Tensor k, float scale) -> ()");
+  ops.impl("attn_scores_engine", torch::kCPU, &attn_scores_engine);
   // the contract's nf4 codebook, and nested absmax resolution (contract/det_nf4.h)
   ops.def("nf4_codebook() -> Tensor");
   ops.impl("nf4_codebook", c10::DispatchKey::CompositeExplicitAutograd, &nf4_codebook);

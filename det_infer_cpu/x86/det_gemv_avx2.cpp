@@ -58,21 +58,6 @@ DET_AVX2 inline float tree(const __m256* leaf) {
   return _mm_cvtss_f32(q);
 }
 
-// The tree for leaves in natural lane order (leaf x = residues 8x .. 8x+7): x with x+16, +8, +4,
-// +2, +1, then inside the vector i with i+4, i+2, i+1.
-DET_AVX2 inline float tree_natural(const __m256* leaf) {
-  __m256 v[16];
-  for (int x = 0; x < 16; ++x) v[x] = _mm256_add_ps(leaf[x], leaf[x + 16]);
-  for (int x = 0; x < 8; ++x) v[x] = _mm256_add_ps(v[x], v[x + 8]);
-  for (int x = 0; x < 4; ++x) v[x] = _mm256_add_ps(v[x], v[x + 4]);
-  for (int x = 0; x < 2; ++x) v[x] = _mm256_add_ps(v[x], v[x + 2]);
-  const __m256 a = _mm256_add_ps(v[0], v[1]);
-  __m128 q = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
-  q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
-  return _mm_cvtss_f32(q);
-}
-
 // Few inputs (memory-bound): one row at a time, in windows of 4 blocks (1024 weights, 2 KB). Within
 // a window each leaf pair (A_g, B_g) is an fma chain in registers over its blocks (k = 16g + 256t),
 // continuing from the value the previous window left in the leaf array: the same chain, so the
@@ -204,14 +189,3 @@ DET_AVX2 void det_gemv_rows_avx2(const det_matrix& M, int64_t K, const float* X,
   for (; r < r1; ++r) row_block<1>(W, K, xp.data(), B, Y, ldy, r, leaves);
 }
 
-// Canonical dot of two fp32 vectors (K % 8 == 0), natural lane order.
-DET_AVX2 float det_dot_f32_avx2(const float* a, const float* b, int64_t K) {
-  alignas(32) __m256 leaf[kLeaves];
-  for (int x = 0; x < kLeaves; ++x) leaf[x] = _mm256_setzero_ps();
-  for (int64_t k0 = 0; k0 < K; k0 += 256) {
-    const int n = (int)std::min<int64_t>(256, K - k0) / 8;
-    for (int x = 0; x < n; ++x)
-      leaf[x] = _mm256_fmadd_ps(_mm256_loadu_ps(a + k0 + 8 * x), _mm256_loadu_ps(b + k0 + 8 * x), leaf[x]);
-  }
-  return tree_natural(leaf);
-}
