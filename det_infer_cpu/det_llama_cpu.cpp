@@ -231,11 +231,11 @@ void forward_block(const det_llama_model* m, int64_t B, const int32_t* tokens,
       memcpy(c->k + positions[b] * m->kv_row + L.kv_offset, w.k.data() + b * KVD, KVD * sizeof(float));
       memcpy(c->v + positions[b] * m->kv_row + L.kv_offset, w.v.data() + b * KVD, KVD * sizeof(float));
     }
-    det_parallel_chunks(B * m->n_heads, [&](int64_t t0, int64_t t1) {
+    det_parallel_round_robin(B * m->n_heads, [&](int64_t first, int64_t step) {
       AttnScratch s;
       s.slot_o.resize(DET_ATTN_CHUNK * D);
       s.O.resize(D);
-      for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t t = first; t < B * m->n_heads; t += step) {
         const int64_t b = t / m->n_heads, hd = t % m->n_heads, g = hd / group, p = positions[b];
         const det_kv_cache* c = caches[b];
         const int64_t lo = L.window > 0 ? std::max<int64_t>(0, p - L.window + 1) : 0;

@@ -1,6 +1,6 @@
-// det_parallel.h: the CPU engine's one way to split work across threads. Static chunks of an
-// index range, each thread under its own FP-environment guard. Splitting decides only which
-// thread computes an output, never how: no reduction ever crosses a chunk boundary.
+// det_parallel.h: the CPU engine's ways to split work across threads: static chunks of an index
+// range, or its tasks round robin; each thread under its own FP-environment guard. Splitting
+// decides only which thread computes an output, never how: no reduction ever crosses a task.
 #pragma once
 
 #include <stdint.h>
@@ -38,5 +38,22 @@ void det_parallel_chunks(int64_t n, Body body, int64_t min_parallel = 1) {
 #endif
     int64_t begin = n * t / nt, end = n * (t + 1) / nt;
     if (begin < end) body(begin, end);
+  }
+}
+
+// Runs body(first, step) once per OpenMP thread: the thread takes tasks first, first + step, ... of
+// [0, n) (round robin). For tasks whose cost grows along the range (attention rows at increasing
+// positions), where static chunks would leave the last thread the heaviest share.
+template <typename Body>
+void det_parallel_round_robin(int64_t n, Body body) {
+#pragma omp parallel
+  {
+    det_fpenv_guard env;
+    int64_t nt = 1, t = 0;
+#if defined(_OPENMP)
+    nt = omp_get_num_threads();
+    t = omp_get_thread_num();
+#endif
+    if (t < n) body(t, nt);
   }
 }

@@ -115,6 +115,7 @@ DET_AVX2 inline __m256 x2_ldexp(v2 m, __m256i k) {
       _mm256_or_ps(imask(_mm256_cmpeq_epi32(e, iset(-127))), imask(_mm256_cmpgt_epi32(ek, iset(-126)))),
       _mm256_andnot_ps(edge, at_edge));
   const __m256 r_normal = ldexp_(add(m.hi, m.lo), k);
+  if (_mm256_movemask_ps(normal) == 0xff) return r_normal;  // no lane takes the paths below
   // Subnormal path; its lanes are only kept where e + k is in [-151, -126].
   const __m256i kk = _mm256_add_epi32(k, iset(149));
   const __m256 a = ldexp_(abs_(m.hi), _mm256_max_epi32(kk, iset(-252)));
@@ -150,11 +151,13 @@ DET_AVX2 inline __m256 mul_sigmoid8(__m256 x, __m256 z) {
   v2 m = exp_reduce({w, zero}, &k);
   v2 d = fast_two_sum(set(1.0f), ldexp_(m.hi, k));
   d = fast_two_sum(d.hi, add(d.lo, ldexp_(m.lo, k)));
-  v2 qp = x2_div({x, zero}, d);
-  const __m256 r_pos = copysign_(add(qp.hi, qp.lo), x);
+  // The two sides divide different numerators by the same d: each lane picks its numerator
+  // first, so one double-float division serves both (lane by lane the same operations).
   v2 n = two_prod(x, m.hi);
   n = fast_two_sum(n.hi, fma(x, m.lo, n.lo));
-  const __m256 r_neg = copysign_(x2_ldexp(x2_div(n, d), k), x);
+  const v2 q = x2_div({sel(negz, n.hi, x), sel(negz, n.lo, zero)}, d);
+  const __m256 r_pos = copysign_(add(q.hi, q.lo), x);
+  const __m256 r_neg = copysign_(x2_ldexp(q, k), x);
   __m256 r = sel(negz, r_neg, r_pos);
   r = sel(gt(z, set(DET_SIGMOID_ZERO)), x, r);
   return sel(lt(z, set(-DET_SIGMOID_ZERO)), copysign_(zero, x), r);
