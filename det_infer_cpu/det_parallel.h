@@ -19,6 +19,22 @@
 #define DET_CPU_CLONES
 #endif
 
+// Runs body(t, nt) on each of the nt threads of one OpenMP team (t = 0 .. nt-1), each under its
+// own FP-environment guard.
+template <typename Body>
+void det_parallel_team(Body body) {
+#pragma omp parallel
+  {
+    det_fpenv_guard env;
+    int64_t nt = 1, t = 0;
+#if defined(_OPENMP)
+    nt = omp_get_num_threads();
+    t = omp_get_thread_num();
+#endif
+    body(t, nt);
+  }
+}
+
 // Runs body(begin, end) over [0, n), one static chunk per OpenMP thread. Ranges shorter than
 // min_parallel run on the calling thread (which must hold its own det_fpenv_guard), since waking
 // the team costs more than the work.
@@ -28,17 +44,10 @@ void det_parallel_chunks(int64_t n, Body body, int64_t min_parallel = 1) {
     if (n > 0) body(0, n);
     return;
   }
-#pragma omp parallel
-  {
-    det_fpenv_guard env;
-    int64_t nt = 1, t = 0;
-#if defined(_OPENMP)
-    nt = omp_get_num_threads();
-    t = omp_get_thread_num();
-#endif
-    int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+  det_parallel_team([&](int64_t t, int64_t nt) {
+    const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
     if (begin < end) body(begin, end);
-  }
+  });
 }
 
 // Runs body(first, step) once per OpenMP thread: the thread takes tasks first, first + step, ... of
@@ -46,14 +55,7 @@ void det_parallel_chunks(int64_t n, Body body, int64_t min_parallel = 1) {
 // positions), where static chunks would leave the last thread the heaviest share.
 template <typename Body>
 void det_parallel_round_robin(int64_t n, Body body) {
-#pragma omp parallel
-  {
-    det_fpenv_guard env;
-    int64_t nt = 1, t = 0;
-#if defined(_OPENMP)
-    nt = omp_get_num_threads();
-    t = omp_get_thread_num();
-#endif
+  det_parallel_team([&](int64_t t, int64_t nt) {
     if (t < n) body(t, nt);
-  }
+  });
 }
