@@ -26,6 +26,13 @@ void det_gemv_rows(const det_matrix& W, int64_t K, const float* X, int64_t B, fl
 // "avx512" (the batch-1 kernel, the bf16 tiles of 3 or more inputs, or the AVX-512 nf4 row decoder
 // under the AVX2 batched kernel).
 const char* det_gemv_impl_name(const det_matrix& W, int64_t K, int64_t B);
+// Asks for the cache lines of p[0 .. n) ahead of use (a hint only). The attention reads one head's
+// cached rows a whole cache row apart, a page or more, beyond the hardware prefetchers' reach.
+inline void det_prefetch_floats(const float* p, int64_t n) {
+#if defined(__GNUC__)
+  for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(p + i);
+#endif
+}
 // Attention scores of one query: out[i] = fl(canonical dot(q, k + i*stride over D) * scale), i < n.
 void det_attn_scores(const float* q, const float* k, int64_t stride, int64_t D, int64_t n, float scale,
                      float* out);

@@ -96,14 +96,7 @@ DET_CPU_CLONES void scale_into(float* x, float s, int64_t n) {
 }
 
 // ---- attention of one (row, head): docs/SPEC.md §13.4 -------------------------------------------
-// A head's cached rows are a whole cache row (every layer's K or V) apart, a page or more, beyond
-// the hardware prefetchers' reach: the V loop asks for the row kPrefetchSlots ahead itself.
-constexpr int64_t kPrefetchSlots = 8;
-inline void prefetch_row(const float* p, int64_t n) {
-#if defined(__GNUC__)
-  for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(p + i);
-#endif
-}
+constexpr int64_t kPrefetchSlots = 8;  // the V loop asks for the cached row this many slots ahead
 
 struct AttnScratch {
   std::vector<float> slot_o;  // (DET_ATTN_CHUNK, D): per-slot products; after the tree, row 0 is o
@@ -130,7 +123,7 @@ DET_CPU_CLONES void attend(const float* q, const float* kc, const float* vc, int
       const float e = ex[j];
       l_acc[j] = det_add_f32(l_acc[j], e);
       const float* v = vc + (base + j) * stride;
-      if (j + kPrefetchSlots <= j1) prefetch_row(v + kPrefetchSlots * stride, D);
+      if (j + kPrefetchSlots <= j1) det_prefetch_floats(v + kPrefetchSlots * stride, D);
       float* so = s.slot_o.data() + j * D;
       // Slot j of the length-128 canonical reduction: fma onto +0, then the tree's first step
       // (adding slot j + 128, which is empty: +0) normalizes a -0 to +0.

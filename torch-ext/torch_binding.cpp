@@ -159,8 +159,8 @@ void attn_scores_engine(torch::Tensor& out, const torch::Tensor& q, const torch:
   check_dense(out, "out", torch::kFloat32);
   TORCH_CHECK_VALUE(q.is_cpu() && k.is_cpu() && out.is_cpu(), "det-infer: attn_scores_engine takes CPU tensors");
   TORCH_CHECK_VALUE(k.scalar_type() == torch::kFloat32 && k.dim() == 2 && k.stride(1) == 1 &&
-                        k.size(1) == q.numel() && out.numel() == k.size(0),
-                    "det-infer: k must be fp32 (n, D) with unit column stride, q (D,) and out (n,)");
+                        q.numel() >= 1 && k.size(1) == q.numel() && out.numel() == k.size(0),
+                    "det-infer: k must be fp32 (n, D) with unit column stride, q (D,) with D >= 1 and out (n,)");
   det_fpenv_guard env;
   det_attn_scores(q.data_ptr<float>(), k.data_ptr<float>(), k.stride(0), q.numel(), k.size(0), (float)scale,
                   out.data_ptr<float>());

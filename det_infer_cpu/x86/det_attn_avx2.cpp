@@ -64,9 +64,8 @@ DET_AVX2 void scores(const float* q, const float* k, int64_t stride, int64_t D, 
   const __m256 zero = _mm256_setzero_ps(), s = _mm256_set1_ps(scale);
   for (int64_t i0 = 0; i0 < n; i0 += 8) {
     const int m = (int)std::min<int64_t>(8, n - i0);
-    for (int64_t t = i0 + 8; t < std::min<int64_t>(n, i0 + 16); ++t)  // the next group's keys, whose
-      for (int64_t d = 0; d < D; d += 16)                              // cache rows are a page apart
-        _mm_prefetch(reinterpret_cast<const char*>(k + t * stride + d), _MM_HINT_T0);
+    for (int64_t t = i0 + 8; t < std::min<int64_t>(n, i0 + 16); ++t)  // the next group's keys
+      det_prefetch_floats(k + t * stride, D);
     __m256 r[8];
     for (int t = 0; t < 8; ++t) r[t] = t < m ? key_leaves<kLive>(q, k + (i0 + t) * stride, D, live) : zero;
     __m256 v = lane_trees8(r);
