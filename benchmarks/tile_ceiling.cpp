@@ -1,0 +1,144 @@
+// tile_ceiling.cpp: how close the batched bf16 GEMV tile (det_gemv_tile_avx512.cpp) runs to this
+// CPU's fp32 fma peak, on one core, and where the gap opens. Three rows of figures:
+//   1. the peak: 12 independent fma chains in registers (ymm and zmm; Zen 4 splits zmm in two);
+//   2. the tile's inner loop alone, as a long steady loop over L1-resident data: 3 weight rows x
+//      3 inputs x the (j, j + 128) leaf pair = 6 widened bf16 loads, 6 input loads, 18 fma;
+//   3. the kernel itself, det_gemv_rows_tile_avx512, on SmolLM2-135M's shapes: all in L1
+//      (3 rows, 3 inputs) and at batch 16 and 64 over whole matrices.
+// Row 3 below row 2 is what the per-leaf setup, the stores of the pair sums and the per-output
+// tree cost: the inner loop runs only K / 256 (2 to 6) times per leaf pair.
+// Run: bash benchmarks/tile_ceiling.sh (results in docs/RESULTS.md §5).
+#include <immintrin.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "../contract/det_reduce.h"
+
+void det_gemv_rows_tile_avx512(const uint16_t* W, int64_t K, const float* X, int64_t B, float* Y,
+                               int64_t ldy, int64_t r0, int64_t r1);
+
+#define AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"), noinline))
+
+static double now() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+// Median GFLOP/s of 9 windows of about 0.1 s, `flops` per call of f.
+template <class F>
+static double gflops(double flops, F f) {
+  std::vector<double> rates;
+  for (int w = 0; w < 9; ++w) {
+    const double t0 = now();
+    long calls = 0;
+    do f(), ++calls; while (now() - t0 < 0.1);
+    rates.push_back(flops * calls / (now() - t0) / 1e9);
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[4];
+}
+
+static volatile float sink;  // keeps each loop's result alive
+
+// 1. fma peak: 12 chains (4-cycle latency x 2 pipes needs 8), operands in registers.
+#define PEAK_LOOP(name, V, fma, set)                                                            \
+  AVX512 static void name(long n) {                                                              \
+    const V b = set(1.0000001f), c = set(1e-7f);                                                 \
+    V a0 = set(.1f), a1 = set(.2f), a2 = set(.3f), a3 = set(.4f), a4 = set(.5f), a5 = set(.6f);  \
+    V a6 = set(.7f), a7 = set(.8f), a8 = set(.9f), a9 = set(1.1f), a10 = set(1.2f), a11 = set(1.3f); \
+    for (long i = 0; i < n; ++i) {                                                               \
+      a0 = fma(a0, b, c), a1 = fma(a1, b, c), a2 = fma(a2, b, c), a3 = fma(a3, b, c);            \
+      a4 = fma(a4, b, c), a5 = fma(a5, b, c), a6 = fma(a6, b, c), a7 = fma(a7, b, c);            \
+      a8 = fma(a8, b, c), a9 = fma(a9, b, c), a10 = fma(a10, b, c), a11 = fma(a11, b, c);        \
+      __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), \
+                       "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));                      \
+    }                                                                                            \
+    const V s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;                     \
+    sink = s[0];                                                                                 \
+  }
+PEAK_LOOP(peak_ymm, __m256, _mm256_fmadd_ps, _mm256_set1_ps)
+PEAK_LOOP(peak_zmm, __m512, _mm512_fmadd_ps, _mm512_set1_ps)
+
+// 2. The tile's inner loop, steady: the same widening (zero-extend, shift) and the same 18 fma.
+__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inline __m256
+widen8(const uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
+}
+AVX512 static void steady_loop(const uint16_t* W, const float* X, int64_t K, long n) {
+  __m256 lo[3][3], hi[3][3];
+  for (int i = 0; i < 3; ++i)
+    for (int b = 0; b < 3; ++b) lo[i][b] = hi[i][b] = _mm256_setzero_ps();
+  for (long it = 0; it < n; ++it) {
+    const int64_t k = (it & 7) * 32;  // walks 8 column groups of a 256-column block, in L1
+    __m256 wl[3], wh[3];
+    for (int i = 0; i < 3; ++i) wl[i] = widen8(W + i * K + k), wh[i] = widen8(W + i * K + k + 128);
+    for (int b = 0; b < 3; ++b) {
+      const __m256 xl = _mm256_loadu_ps(X + b * K + k), xh = _mm256_loadu_ps(X + b * K + k + 128);
+      for (int i = 0; i < 3; ++i) {
+        lo[i][b] = _mm256_fmadd_ps(wl[i], xl, lo[i][b]);
+        hi[i][b] = _mm256_fmadd_ps(wh[i], xh, hi[i][b]);
+      }
+    }
+  }
+  float s = 0;
+  for (int i = 0; i < 3; ++i)
+    for (int b = 0; b < 3; ++b) s += ((float*)&lo[i][b])[0] + ((float*)&hi[i][b])[0];
+  sink = s;
+}
+
+int main() {
+  const double peak = gflops(2.0 * 8 * 12 * 1e6, [] { peak_ymm(1000000); });
+  printf("| what | GFLOP/s, one core | of the ymm peak |\n|---|---|---|\n");
+  printf("| fma peak, ymm registers | %.1f | 100%% |\n", peak);
+  const double zpeak = gflops(2.0 * 16 * 12 * 1e6, [] { peak_zmm(1000000); });
+  printf("| fma peak, zmm registers | %.1f | %.0f%% |\n", zpeak, 100 * zpeak / peak);
+
+  srand(1);
+  auto weights = [](int64_t n) {  // bf16 of magnitude about 2^-8 .. 2^0, either sign
+    std::vector<uint16_t> w(n);
+    for (auto& v : w) v = (uint16_t)((0x3b80 + rand() % 0x400) | (rand() & 1) << 15);
+    return w;
+  };
+  auto inputs = [](int64_t n) {
+    std::vector<float> x(n);
+    for (auto& v : x) v = rand() / (float)RAND_MAX - 0.5f;
+    return x;
+  };
+  {
+    const int64_t K = 576;
+    const auto W = weights(3 * K);
+    const auto X = inputs(3 * K);
+    const double g = gflops(2.0 * 8 * 18 * 1e6, [&] { steady_loop(W.data(), X.data(), K, 1000000); });
+    printf("| tile inner loop alone, steady, L1 | %.1f | %.0f%% |\n", g, 100 * g / peak);
+  }
+  struct Shape { int64_t N, K, B; const char* what; };
+  const Shape shapes[] = {{3, 576, 3, "kernel, 3 rows x 3 inputs, K = 576 (all in L1)"},
+                          {3, 1536, 3, "kernel, 3 rows x 3 inputs, K = 1536 (all in L1)"},
+                          {1536, 576, 16, "kernel, gate/up 1536 x 576, batch 16"},
+                          {576, 1536, 16, "kernel, down 576 x 1536, batch 16"},
+                          {1536, 576, 64, "kernel, gate/up 1536 x 576, batch 64 (a prefill block)"}};
+  for (const Shape& s : shapes) {
+    const auto W = weights(s.N * s.K);
+    const auto X = inputs(s.B * s.K);
+    std::vector<float> Y(s.B * s.N);
+    det_gemv_rows_tile_avx512(W.data(), s.K, X.data(), s.B, Y.data(), s.N, 0, s.N);
+    for (int64_t b = 0; b < s.B; ++b)  // the kernel must give the contract's bits
+      for (int64_t r = 0; r < s.N; r += std::max<int64_t>(1, s.N / 7)) {
+        const float ref = det_dot_bf16_ref(W.data() + r * s.K, X.data() + b * s.K, s.K);
+        if (det_f32_bits(ref) != det_f32_bits(Y[b * s.N + r])) {
+          fprintf(stderr, "tile kernel differs from the contract at row %ld, input %ld\n", (long)r, (long)b);
+          return 1;
+        }
+      }
+    const double g = gflops(2.0 * s.N * s.K * s.B, [&] {
+      det_gemv_rows_tile_avx512(W.data(), s.K, X.data(), s.B, Y.data(), s.N, 0, s.N);
+    });
+    printf("| %s | %.1f | %.0f%% |\n", s.what, g, 100 * g / peak);
+  }
+  return 0;
+}
