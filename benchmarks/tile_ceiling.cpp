@@ -21,7 +21,8 @@
 void det_gemv_rows_tile_avx512(const uint16_t* W, int64_t K, const float* X, int64_t B, float* Y,
                                int64_t ldy, int64_t r0, int64_t r1);
 
-#define AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"), noinline))
+#define ISA __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq")))
+#define AVX512 ISA __attribute__((noinline))  // each timed loop stays its own function
 
 static double now() {
   timespec t;
@@ -65,8 +66,7 @@ PEAK_LOOP(peak_ymm, __m256, _mm256_fmadd_ps, _mm256_set1_ps)
 PEAK_LOOP(peak_zmm, __m512, _mm512_fmadd_ps, _mm512_set1_ps)
 
 // 2. The tile's inner loop, steady: the same widening (zero-extend, shift) and the same 18 fma.
-__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inline __m256
-widen8(const uint16_t* p) {
+ISA __attribute__((always_inline)) inline __m256 widen8(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
 }
 AVX512 static void steady_loop(const uint16_t* W, const float* X, int64_t K, long n) {
