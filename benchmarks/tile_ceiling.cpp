@@ -4,7 +4,9 @@
 //   2. the tile's inner loop alone, as a long steady loop over L1-resident data: 3 weight rows x
 //      3 inputs x the (j, j + 128) leaf pair = 6 widened bf16 loads, 6 input loads, 18 fma;
 //   3. the kernel itself, det_gemv_rows_tile_avx512, on SmolLM2-135M's shapes: all in L1
-//      (3 rows, 3 inputs) and at batch 16 and 64 over whole matrices.
+//      (3 rows, 3 inputs) and at batch 16 and 64 over whole matrices;
+//   4. the kernel at batch 16 with its weights streamed from memory, as in a batched decode step
+//      (what the kernel's prefetch is for).
 // Row 3 below row 2 is what the per-leaf setup, the stores of the pair sums and the per-output
 // tree cost: the inner loop runs only K / 256 (2 to 6) times per leaf pair.
 // Run: bash benchmarks/tile_ceiling.sh (results in docs/RESULTS.md §5).
@@ -137,6 +139,23 @@ int main() {
       }
     const double g = gflops(2.0 * s.N * s.K * s.B, [&] {
       det_gemv_rows_tile_avx512(W.data(), s.K, X.data(), s.B, Y.data(), s.N, 0, s.N);
+    });
+    printf("| %s | %.1f | %.0f%% |\n", s.what, g, 100 * g / peak);
+  }
+  // 4. Batch 16 with the weights streamed from memory, as in a decode step: a set of matrices
+  // larger than the 32 MB L3, each call taking the next one.
+  const Shape streamed[] = {{1536, 576, 16, "kernel, gate/up 1536 x 576, batch 16, weights from memory"},
+                            {576, 1536, 16, "kernel, down 576 x 1536, batch 16, weights from memory"}};
+  for (const Shape& s : streamed) {
+    const int64_t count = 256e6 / (2 * s.N * s.K);
+    std::vector<std::vector<uint16_t>> Ws;
+    for (int64_t m = 0; m < count; ++m) Ws.push_back(weights(s.N * s.K));
+    const auto X = inputs(s.B * s.K);
+    std::vector<float> Y(s.B * s.N);
+    int64_t next = 0;
+    const double g = gflops(2.0 * s.N * s.K * s.B, [&] {
+      det_gemv_rows_tile_avx512(Ws[next].data(), s.K, X.data(), s.B, Y.data(), s.N, 0, s.N);
+      next = (next + 1) % count;
     });
     printf("| %s | %.1f | %.0f%% |\n", s.what, g, 100 * g / peak);
   }

@@ -26,11 +26,19 @@ void det_gemv_rows(const det_matrix& W, int64_t K, const float* X, int64_t B, fl
 // "avx512" (the batch-1 kernel, the bf16 tiles of 3 or more inputs, or the AVX-512 nf4 row decoder
 // under the AVX2 batched kernel).
 const char* det_gemv_impl_name(const det_matrix& W, int64_t K, int64_t B);
-// Asks for the cache lines of p[0 .. n) ahead of use (a hint only). The attention reads one head's
-// cached rows a whole cache row apart, a page or more, beyond the hardware prefetchers' reach.
-inline void det_prefetch_floats(const float* p, int64_t n) {
+// Asks for the cache lines of [p, p + bytes) ahead of use (hints only): into L1, for data needed
+// next; or into L2 alone, for data needed later, from far enough ahead to hide the memory's latency
+// without evicting what L1 holds now. The kernels' walks revisit lines out of order (a weight row
+// block's leaf pairs, one head's cached rows a whole cache row apart), beyond what the hardware
+// prefetchers follow.
+inline void det_prefetch_l1(const void* p, int64_t bytes) {
 #if defined(__GNUC__)
-  for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(p + i);
+  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(static_cast<const char*>(p) + i, 0, 3);
+#endif
+}
+inline void det_prefetch_l2(const void* p, int64_t bytes) {
+#if defined(__GNUC__)
+  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(static_cast<const char*>(p) + i, 0, 2);
 #endif
 }
 // Attention scores of one query: out[i] = fl(canonical dot(q, k + i*stride over D) * scale), i < n.

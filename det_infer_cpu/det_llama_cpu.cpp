@@ -123,7 +123,7 @@ DET_CPU_CLONES void attend(const float* q, const float* kc, const float* vc, int
       const float e = ex[j];
       l_acc[j] = det_add_f32(l_acc[j], e);
       const float* v = vc + (base + j) * stride;
-      if (j + kPrefetchSlots <= j1) det_prefetch_floats(v + kPrefetchSlots * stride, D);
+      if (j + kPrefetchSlots <= j1) det_prefetch_l1(v + kPrefetchSlots * stride, 4 * D);
       float* so = s.slot_o.data() + j * D;
       // Slot j of the length-128 canonical reduction: fma onto +0, then the tree's first step
       // (adding slot j + 128, which is empty: +0) normalizes a -0 to +0.

@@ -65,7 +65,7 @@ DET_AVX2 void scores(const float* q, const float* k, int64_t stride, int64_t D, 
   for (int64_t i0 = 0; i0 < n; i0 += 8) {
     const int m = (int)std::min<int64_t>(8, n - i0);
     for (int64_t t = i0 + 8; t < std::min<int64_t>(n, i0 + 16); ++t)  // the next group's keys
-      det_prefetch_floats(k + t * stride, D);
+      det_prefetch_l1(k + t * stride, 4 * D);
     __m256 r[8];
     for (int t = 0; t < 8; ++t) r[t] = t < m ? key_leaves<kLive>(q, k + (i0 + t) * stride, D, live) : zero;
     __m256 v = lane_trees8(r);

@@ -71,10 +71,7 @@ DET_AVX2 void stream_rows(const uint16_t* W, int64_t K, const float* Xp, float* 
   const int64_t row_bytes = K * 2;
   for (int64_t r = r0; r < r1; ++r) {
     const uint16_t* w = W + r * K;
-    if (r + 2 < r1) {
-      const char* next = reinterpret_cast<const char*>(W + (r + 2) * K);
-      for (int64_t off = 0; off < row_bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
-    }
+    if (r + 2 < r1) det_prefetch_l1(W + (r + 2) * K, row_bytes);
     for (int t = 0; t < T; ++t)
       for (int x = 0; x < kLeaves; ++x) leaf[t][x] = _mm256_setzero_ps();
     for (int64_t w0 = 0; w0 < K; w0 += kWindow) {
@@ -159,10 +156,7 @@ DET_AVX2 void gemv_rows_nf4(const det_matrix& W, int64_t K, const float* Xp, int
   int64_t r = r0;
   while (r < r1) {
     const int64_t n = B <= 2 ? 1 : std::min(kTile, r1 - r);  // rows decoded together
-    if (r + n + 1 < r1) {  // the codes of the row after next
-      const char* next = reinterpret_cast<const char*>(W.nf4 + (r + n + 1) * K / 2);
-      for (int64_t off = 0; off < K / 2; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
-    }
+    if (r + n + 1 < r1) det_prefetch_l1(W.nf4 + (r + n + 1) * K / 2, K / 2);  // the codes of the row after next
     for (int64_t i = 0; i < n; ++i) det_nf4_decode_row(W, (r + i) * K, K, rows.data() + i * K);
     if (B == 1) stream_rows<1>(rows.data(), K, Xp, Y + r, ldy, 0, 1);
     else if (B == 2) stream_rows<2>(rows.data(), K, Xp, Y + r, ldy, 0, 1);

@@ -52,10 +52,7 @@ template <class Weights>
 DET_AVX512 inline void rows(int64_t K, const float* x, float* y, int64_t r0, int64_t r1, const char* base,
                             int64_t row_bytes, Weights weight) {
   for (int64_t r = r0; r < r1; ++r) {
-    if (r + 2 < r1) {
-      const char* next = base + (r + 2) * row_bytes;
-      for (int64_t off = 0; off < row_bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
-    }
+    if (r + 2 < r1) det_prefetch_l1(base + (r + 2) * row_bytes, row_bytes);
     __m512 leaf[16];
     for (int L = 0; L < 16; ++L) leaf[L] = _mm512_setzero_ps();
     for (int64_t k0 = 0; k0 < K; k0 += 256) {
