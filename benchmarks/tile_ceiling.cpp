@@ -1,5 +1,5 @@
 // tile_ceiling.cpp: how close the batched bf16 GEMV tile (det_gemv_tile_avx512.cpp) runs to this
-// CPU's fp32 fma peak, on one core, and where the gap opens. Three rows of figures:
+// CPU's fp32 fma peak, on one core, and where the gap opens. Four groups of figures:
 //   1. the peak: 12 independent fma chains in registers (ymm and zmm; Zen 4 splits zmm in two);
 //   2. the tile's inner loop alone, as a long steady loop over L1-resident data: 3 weight rows x
 //      3 inputs x the (j, j + 128) leaf pair = 6 widened bf16 loads, 6 input loads, 18 fma;
@@ -147,7 +147,7 @@ int main() {
   const Shape streamed[] = {{1536, 576, 16, "kernel, gate/up 1536 x 576, batch 16, weights from memory"},
                             {576, 1536, 16, "kernel, down 576 x 1536, batch 16, weights from memory"}};
   for (const Shape& s : streamed) {
-    const int64_t count = 256e6 / (2 * s.N * s.K);
+    const int64_t count = int64_t{256000000} / (2 * s.N * s.K);
     std::vector<std::vector<uint16_t>> Ws;
     for (int64_t m = 0; m < count; ++m) Ws.push_back(weights(s.N * s.K));
     const auto X = inputs(s.B * s.K);
