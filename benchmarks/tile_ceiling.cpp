@@ -118,14 +118,21 @@ int main() {
     const double g = gflops(2.0 * 8 * 18 * 1e6, [&] { steady_loop(W.data(), X.data(), K, 1000000); });
     printf("| tile inner loop alone, steady, L1 | %.1f | %.0f%% |\n", g, 100 * g / peak);
   }
-  struct Shape { int64_t N, K, B; const char* what; };
-  const Shape shapes[] = {{3, 576, 3, "kernel, 3 rows x 3 inputs, K = 576 (all in L1)"},
-                          {3, 1536, 3, "kernel, 3 rows x 3 inputs, K = 1536 (all in L1)"},
-                          {1536, 576, 16, "kernel, gate/up 1536 x 576, batch 16"},
-                          {576, 1536, 16, "kernel, down 576 x 1536, batch 16"},
-                          {1536, 576, 64, "kernel, gate/up 1536 x 576, batch 64 (a prefill block)"}};
+  // Groups 3 and 4. From memory: a set of matrices larger than the 32 MB L3, each call taking the
+  // next one, as a batched decode step streams its weights.
+  struct Shape { int64_t N, K, B; bool from_memory; const char* what; };
+  const Shape shapes[] = {{3, 576, 3, false, "kernel, 3 rows x 3 inputs, K = 576 (all in L1)"},
+                          {3, 1536, 3, false, "kernel, 3 rows x 3 inputs, K = 1536 (all in L1)"},
+                          {1536, 576, 16, false, "kernel, gate/up 1536 x 576, batch 16"},
+                          {576, 1536, 16, false, "kernel, down 576 x 1536, batch 16"},
+                          {1536, 576, 64, false, "kernel, gate/up 1536 x 576, batch 64 (a prefill block)"},
+                          {1536, 576, 16, true, "kernel, gate/up 1536 x 576, batch 16, weights from memory"},
+                          {576, 1536, 16, true, "kernel, down 576 x 1536, batch 16, weights from memory"}};
   for (const Shape& s : shapes) {
-    const auto W = weights(s.N * s.K);
+    const int64_t count = s.from_memory ? int64_t{256000000} / (2 * s.N * s.K) : 1;
+    std::vector<std::vector<uint16_t>> Ws;
+    for (int64_t m = 0; m < count; ++m) Ws.push_back(weights(s.N * s.K));
+    const auto& W = Ws[0];
     const auto X = inputs(s.B * s.K);
     std::vector<float> Y(s.B * s.N);
     det_gemv_rows_tile_avx512(W.data(), s.K, X.data(), s.B, Y.data(), s.N, 0, s.N);
@@ -137,21 +144,6 @@ int main() {
           return 1;
         }
       }
-    const double g = gflops(2.0 * s.N * s.K * s.B, [&] {
-      det_gemv_rows_tile_avx512(W.data(), s.K, X.data(), s.B, Y.data(), s.N, 0, s.N);
-    });
-    printf("| %s | %.1f | %.0f%% |\n", s.what, g, 100 * g / peak);
-  }
-  // 4. Batch 16 with the weights streamed from memory, as in a decode step: a set of matrices
-  // larger than the 32 MB L3, each call taking the next one.
-  const Shape streamed[] = {{1536, 576, 16, "kernel, gate/up 1536 x 576, batch 16, weights from memory"},
-                            {576, 1536, 16, "kernel, down 576 x 1536, batch 16, weights from memory"}};
-  for (const Shape& s : streamed) {
-    const int64_t count = int64_t{256000000} / (2 * s.N * s.K);
-    std::vector<std::vector<uint16_t>> Ws;
-    for (int64_t m = 0; m < count; ++m) Ws.push_back(weights(s.N * s.K));
-    const auto X = inputs(s.B * s.K);
-    std::vector<float> Y(s.B * s.N);
     int64_t next = 0;
     const double g = gflops(2.0 * s.N * s.K * s.B, [&] {
       det_gemv_rows_tile_avx512(Ws[next].data(), s.K, X.data(), s.B, Y.data(), s.N, 0, s.N);
