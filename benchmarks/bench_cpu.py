@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """CPU throughput of det-infer on SmolLM2-135M-Instruct (bf16, and its nf4 quantization kept
 packed), side by side with transformers eager (fp32 and bf16), llama.cpp (bf16 GGUF of the same
-checkpoint, if benchmarks/build_llamacpp.sh has built it) and the memory-bandwidth floor. Prints
-the markdown table of docs/RESULTS.md §5.
+checkpoint, if benchmarks/build_llamacpp.sh has built it: its native build, and a build that
+multiplies in fp32 fma as det-infer does) and the memory-bandwidth floor. Prints the markdown table
+of docs/RESULTS.md §5.
 
     .venv/bin/python benchmarks/bench_cpu.py [--threads 2] [--reps 3] [--engines det-infer,det-infer-nf4]
 
@@ -129,11 +130,20 @@ def read_bandwidth(threads):
     return x.numel() * 4 / statistics.median(times) / 1e9
 
 
-def llamacpp(threads, ckpt):
-    """llama-bench on a bf16 GGUF converted from the same checkpoint: tok/s of (prefill, decode after
-    the prompt's positions, decode from position 0)."""
-    bench = ROOT / "build/llamacpp/build/bin/llama-bench"
-    if not bench.exists():
+LLAMACPP_BUILDS = {  # benchmarks/build_llamacpp.sh builds both
+    "build": "llama.cpp bf16",
+    "build-fp32": "llama.cpp bf16, fp32 fma (built without AVX512-BF16)",
+}
+
+
+def llamacpp(threads, ckpt, reps, build):
+    """llama.cpp on a bf16 GGUF converted from the same checkpoint, or None if `build` is not built:
+    llama-bench's prefill, decode after the prompt's positions (-d) and decode from position 0; and
+    llama-batched-bench's decode of 1 and of BATCH sequences, each after its own 32-token prompt as
+    in det-infer's batch-16 figure (DECODE_STEPS steps: a shorter run leaves batch 1 too noisy to
+    divide by), as medians of `reps` runs."""
+    bin_dir = ROOT / "build/llamacpp" / build / "bin"
+    if not (bin_dir / "llama-bench").exists():
         return None
     gguf = ROOT / "build/llamacpp/smollm2-135m-instruct-bf16.gguf"
     if not gguf.exists():
@@ -141,17 +151,28 @@ def llamacpp(threads, ckpt):
         env = dict(os.environ, PYTHONPATH=str(ROOT / "build/llamacpp/pydeps"))
         subprocess.run([sys.executable, str(convert), str(ckpt), "--outtype", "bf16", "--outfile", str(gguf)],
                        check=True, capture_output=True, env=env)
-    def run(*flags):
-        r = subprocess.run([str(bench), "-m", str(gguf), "-t", str(threads), "-r", "3", "-o", "json", *flags],
-                           check=True, capture_output=True, text=True)
+    def bench(*flags):
+        r = subprocess.run([str(bin_dir / "llama-bench"), "-m", str(gguf), "-t", str(threads), "-r", str(reps),
+                            "-o", "json", *flags], check=True, capture_output=True, text=True)
         return json.loads(r.stdout)
 
-    rows = run("-p", str(PROMPT_LEN), "-n", str(DECODE_STEPS))
-    pp = next(x["avg_ts"] for x in rows if x["n_prompt"] > 0)
-    tg0 = next(x["avg_ts"] for x in rows if x["n_gen"] > 0)
-    # decode after the prompt's positions, as det-infer's decode figures are measured
-    tg = run("-p", "0", "-n", str(DECODE_STEPS), "-d", str(PROMPT_LEN))[0]["avg_ts"]
-    return pp, tg, tg0
+    rows = bench("-p", str(PROMPT_LEN), "-n", str(DECODE_STEPS))
+    out = {"prefill": next(x["avg_ts"] for x in rows if x["n_prompt"] > 0),
+           "decode0": next(x["avg_ts"] for x in rows if x["n_gen"] > 0),
+           # decode after the prompt's positions, as det-infer's decode figures are measured
+           "decode": bench("-p", "0", "-n", str(DECODE_STEPS), "-d", str(PROMPT_LEN))[0]["avg_ts"]}
+    batched = bin_dir / "llama-batched-bench"
+    if batched.exists():
+        runs = []
+        for _ in range(reps):
+            r = subprocess.run([str(batched), "-m", str(gguf), "-t", str(threads), "-c", "4096", "-npp", "32",
+                                "-ntg", str(DECODE_STEPS), "-npl", f"1,{BATCH}", "--output-format", "jsonl"],
+                               check=True, capture_output=True, text=True)
+            rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+            runs.append({x["pl"]: x["speed_tg"] for x in rows})
+        out["b1"] = statistics.median(r[1] for r in runs)
+        out["b16"] = statistics.median(r[BATCH] for r in runs)
+    return out
 
 
 def main():
@@ -178,7 +199,8 @@ def main():
             runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
         results[kind] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     bw = read_bandwidth(args.threads)
-    lc = llamacpp(args.threads, ckpt)
+    lcs = {name: llamacpp(args.threads, ckpt, args.reps, build) for build, name in LLAMACPP_BUILDS.items()}
+    lcs = {name: r for name, r in lcs.items() if r}
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print(f"{time.strftime('%Y-%m-%d')}, {cpu}, {args.threads} threads; medians of {args.reps} runs; "
           f"prompt {PROMPT_LEN}, {DECODE_STEPS} decode steps, batch {BATCH}")
@@ -189,10 +211,11 @@ def main():
         single = f"{r['decode_b1_single_launch']:.1f}" if "decode_b1_single_launch" in r else ""
         print(f"| {kind} | {r['prefill']:.0f} | {r['decode_b1']:.1f} | {single} | {r['decode_b16']:.1f} | "
               f"{r['decode_b16'] / r['decode_b1']:.1f}x | {r['peak_rss_mb']:.0f} |")
-    if lc:
-        print(f"| llama.cpp bf16 (llama-bench -t {args.threads}; decode after {PROMPT_LEN} positions, -d "
-              f"{PROMPT_LEN}) | {lc[0]:.0f} | | {lc[1]:.1f} | | | |")
-        print(f"| llama.cpp bf16, decode from position 0 (llama-bench's default) | | | {lc[2]:.1f} | | | |")
+    for name, lc in lcs.items():
+        b16 = f"{lc['b16']:.1f} | {lc['b16'] / lc['b1']:.1f}x" if "b16" in lc else " | "
+        print(f"| {name} (llama-bench -t {args.threads}; decode after {PROMPT_LEN} positions, -d {PROMPT_LEN}; "
+              f"b16 / b1: llama-batched-bench) | {lc['prefill']:.0f} | | {lc['decode']:.1f} | {b16} | |")
+        print(f"| {name}, decode from position 0 (llama-bench's default) | | | {lc['decode0']:.1f} | | | |")
     print(f"| bandwidth floor ({weight_bytes / 1e6:.0f} MB of bf16 weights at {bw:.1f} GB/s read) | | | "
           f"{bw * 1e9 / weight_bytes:.1f} | | | |")
     if "det-infer-nf4" in results:
@@ -210,9 +233,10 @@ def main():
               f"{q['decode_b16'] / d['decode_b16']:.2f}x, prefill {q['prefill'] / d['prefill']:.2f}x; weights held "
               f"{q['weight_mb']:.0f} MB vs {d['weight_mb']:.0f} MB, {q['nf4_bytes_per_param']:.4f} bytes per nf4 "
               f"parameter; memory above baseline {q['engine_mb']:.0f} MB (budget {q['budget_mb']:.0f} MB)")
-    if lc:
-        print(f"det-infer / llama.cpp: decode b1 {d['decode_b1'] / lc[1]:.2f}x per-step calls, "
-              f"{d['decode_b1_single_launch'] / lc[1]:.2f}x single launch; prefill {d['prefill'] / lc[0]:.2f}x")
+    for name, lc in lcs.items():
+        print(f"det-infer / {name}: decode b1 {d['decode_b1'] / lc['decode']:.2f}x per-step calls, "
+              f"{d['decode_b1_single_launch'] / lc['decode']:.2f}x single launch; prefill "
+              f"{d['prefill'] / lc['prefill']:.2f}x" + (f"; decode b16 {d['decode_b16'] / lc['b16']:.2f}x" if "b16" in lc else ""))
     print(f"det-infer memory above the process baseline (torch imported): peak {d['engine_mb']:.0f} MB, "
           f"budget (weights + its KV caches + 50 MB) {d['budget_mb']:.0f} MB")
 

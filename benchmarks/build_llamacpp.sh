@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Build llama.cpp's llama-bench from the llama.cpp that PyPI's llama-cpp-python
-# sdist vendors, for the side-by-side benchmark (benchmarks/bench_cpu.py). Not part of CI.
-# Output: build/llamacpp/ (source, build tree, bin/).
+# Build llama.cpp's llama-bench and llama-batched-bench from the llama.cpp that PyPI's
+# llama-cpp-python sdist vendors, for the side-by-side benchmark (benchmarks/bench_cpu.py). Not part
+# of CI. Two builds:
+#   build/llamacpp/build       native (-DGGML_NATIVE=ON): on a CPU with AVX512-BF16, ggml's bf16
+#                              dot products use vdpbf16ps, two bf16 products per fp32 lane per op;
+#   build/llamacpp/build-fp32  AVX-512 without AVX512-BF16: bf16 weights widened to fp32 and
+#                              multiplied with fp32 fma, the arithmetic det-infer's contract uses.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 dest=build/llamacpp
 src="$dest/llama_cpp_python-$VERSION/vendor/llama.cpp"
-if [ -x "$dest/build/bin/llama-bench" ] && [ -d "$dest/pydeps/sentencepiece" ]; then
+targets=(llama-bench llama-batched-bench)
+built() { for t in "${targets[@]}"; do [ -x "$1/bin/$t" ] || return 1; done; }
+if built "$dest/build" && built "$dest/build-fp32" && [ -d "$dest/pydeps/sentencepiece" ]; then
   echo "llama.cpp already built in $dest"; exit 0
 fi
 mkdir -p "$dest"
@@ -17,7 +23,12 @@ mkdir -p "$dest"
 }
 # convert_hf_to_gguf.py imports sentencepiece even for BPE tokenizers; kept out of .venv.
 .venv/bin/pip install -q --no-deps --target "$dest/pydeps" sentencepiece==0.2.1
-cmake -S "$src" -B "$dest/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF > "$dest/cmake.log"
-cmake --build "$dest/build" -j 2 --target llama-bench > "$dest/build.log"
-echo "built $dest/build/bin/llama-bench"
+common=(-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+        -DLLAMA_BUILD_SERVER=OFF)
+cmake -S "$src" -B "$dest/build" "${common[@]}" -DGGML_NATIVE=ON > "$dest/cmake.log"
+cmake --build "$dest/build" -j 2 --target "${targets[@]}" > "$dest/build.log"
+cmake -S "$src" -B "$dest/build-fp32" "${common[@]}" -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON \
+  -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON \
+  -DGGML_AVX512_BF16=OFF > "$dest/cmake-fp32.log"
+cmake --build "$dest/build-fp32" -j 2 --target "${targets[@]}" > "$dest/build-fp32.log"
+echo "built ${targets[*]} in $dest/build and $dest/build-fp32"

@@ -135,6 +135,19 @@ def test_engine_activations_equal_the_contract(di, isa, fn):
     assert torch.equal(out.view(torch.int32), di.contract.unary(x, fn).view(torch.int32))
 
 
+@pytest.mark.parametrize("isa", [1], indirect=True, ids=["avx2"])
+@pytest.mark.parametrize("fn", ["exp", "silu"])
+def test_engine_activations_short_lengths(di, isa, fn):
+    """Lengths around the kernel's packs of 32 (the last part pack goes through a padded copy): every
+    output equals the contract, and nothing past the end of the output is written."""
+    x = torch.from_numpy(np.random.default_rng(5).standard_normal(200).astype(np.float32) * 30)
+    for n in (1, 7, 8, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129):
+        out = torch.full((n + 8,), 7.0)
+        di.ops.act_engine(out[:n], x[:n], fn)
+        assert torch.equal(out[:n].view(torch.int32), di.contract.unary(x[:n], fn).view(torch.int32)), n
+        assert torch.equal(out[n:], torch.full((8,), 7.0)), n
+
+
 @pytest.mark.parametrize("isa", [0, 1], indirect=True, ids=["ref", "avx2"])
 @pytest.mark.parametrize("D", [8, 40, 64, 128, 256, 264, 512])
 def test_engine_attention_scores_equal_the_contract(di, isa, D):
