@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """CPU throughput of det-infer on SmolLM2-135M-Instruct (bf16, and its nf4 quantization kept
 packed), side by side with transformers eager (fp32 and bf16), llama.cpp (bf16 GGUF of the same
-checkpoint, if benchmarks/build_llamacpp.sh has built it: its native build, and a build that
-multiplies in fp32 fma as det-infer does) and the memory-bandwidth floor. Prints the markdown table
-of docs/RESULTS.md §5.
+checkpoint, if benchmarks/build_llamacpp.sh has built it: its native build, and a build without
+bf16 dot products that multiplies in fp32 fma; both round the activations to bf16, which det-infer
+does not) and the memory-bandwidth floor. Prints the markdown table of docs/RESULTS.md §5.
 
     .venv/bin/python benchmarks/bench_cpu.py [--threads 2] [--reps 3] [--engines det-infer,det-infer-nf4]
 
@@ -132,7 +132,7 @@ def read_bandwidth(threads):
 
 LLAMACPP_BUILDS = {  # benchmarks/build_llamacpp.sh builds both
     "build": "llama.cpp bf16",
-    "build-fp32": "llama.cpp bf16, fp32 fma (built without AVX512-BF16)",
+    "build-fp32": "llama.cpp bf16, fp32 fma (built without AVX512-BF16)",  # only on AVX-512 CPUs
 }
 
 
@@ -214,7 +214,7 @@ def main():
     for name, lc in lcs.items():
         b16 = f"{lc['b16']:.1f} | {lc['b16'] / lc['b1']:.1f}x" if "b16" in lc else " | "
         print(f"| {name} (llama-bench -t {args.threads}; decode after {PROMPT_LEN} positions, -d {PROMPT_LEN}; "
-              f"b16 / b1: llama-batched-bench) | {lc['prefill']:.0f} | | {lc['decode']:.1f} | {b16} | |")
+              f"b16 and its b1 divisor: llama-batched-bench, {DECODE_STEPS} steps after 32-token prompts) | {lc['prefill']:.0f} | | {lc['decode']:.1f} | {b16} | |")
         print(f"| {name}, decode from position 0 (llama-bench's default) | | | {lc['decode0']:.1f} | | | |")
     print(f"| bandwidth floor ({weight_bytes / 1e6:.0f} MB of bf16 weights at {bw:.1f} GB/s read) | | | "
           f"{bw * 1e9 / weight_bytes:.1f} | | | |")
@@ -237,6 +237,8 @@ def main():
         print(f"det-infer / {name}: decode b1 {d['decode_b1'] / lc['decode']:.2f}x per-step calls, "
               f"{d['decode_b1_single_launch'] / lc['decode']:.2f}x single launch; prefill "
               f"{d['prefill'] / lc['prefill']:.2f}x" + (f"; decode b16 {d['decode_b16'] / lc['b16']:.2f}x" if "b16" in lc else ""))
+    print(f"det-infer's b16 / b1 divides its batch of {BATCH} ({DECODE_STEPS // 4} steps after 32-token prompts) "
+          f"by its batch-1 decode at positions {PROMPT_LEN}..{PROMPT_LEN + DECODE_STEPS - 1}")
     print(f"det-infer memory above the process baseline (torch imported): peak {d['engine_mb']:.0f} MB, "
           f"budget (weights + its KV caches + 50 MB) {d['budget_mb']:.0f} MB")
 

@@ -193,7 +193,8 @@ DET_INL vf exp_pack(vf x) {
   return sel(isnan_(x), set(det_nan_f32()), r);
 }
 
-// det_mul_sigmoid_f32(x, (z, 0)) per lane, for finite x, z.
+// det_mul_sigmoid_f32(x, (z, 0)) per lane, for x, z not NaN (|z| > 120, infinities included, take
+// the two selects at the end; the clamp keeps their lanes' arithmetic finite).
 DET_INL vf mul_sigmoid(vf x, vf z) {
   const vf zc = max_(min_(z, set(DET_SIGMOID_ZERO)), set(-DET_SIGMOID_ZERO));
   const vf negz = lt(zc, zero());
