@@ -24,6 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT_LEN, DECODE_STEPS, BATCH = 128, 64, 16
+BATCH_PROMPT_LEN, BATCH_STEPS = 32, DECODE_STEPS // 4  # each sequence of the batch figure: its prompt, its steps
 
 
 def _child(kind, threads):
@@ -62,13 +63,13 @@ def _child(kind, threads):
         mm.generate(ids, max_new=DECODE_STEPS + 1)
         t2 = time.perf_counter()
         out["decode_b1_single_launch"] = DECODE_STEPS / ((t2 - t1) - (t1 - t))
-        states = [mm.new_state(32 + DECODE_STEPS // 4) for _ in range(BATCH)]
+        states = [mm.new_state(BATCH_PROMPT_LEN + BATCH_STEPS) for _ in range(BATCH)]
         for s in states:
-            mm.extend(ids[:32], s)
+            mm.extend(ids[:BATCH_PROMPT_LEN], s)
         t = time.perf_counter()
-        for _ in range(DECODE_STEPS // 4):
+        for _ in range(BATCH_STEPS):
             mm.decode_batch([5] * BATCH, [s.length for s in states], states)
-        out["decode_b16"] = BATCH * (DECODE_STEPS // 4) / (time.perf_counter() - t)
+        out["decode_b16"] = BATCH * BATCH_STEPS / (time.perf_counter() - t)
         kv_mb = (st.cache.numel() + sum(s.cache.numel() for s in states)) * 4 / 2**20
         out["engine_mb"] = _peak_mb() - base
         held = sum(t.numel() * t.element_size() for t in mm._weights + mm._scales)
@@ -94,13 +95,13 @@ def _child(kind, threads):
             for _ in range(DECODE_STEPS):
                 cache = model(tok, past_key_values=cache, use_cache=True).past_key_values
             out["decode_b1"] = DECODE_STEPS / (time.perf_counter() - t)
-            xb = torch.tensor([ids[:32]] * BATCH)
+            xb = torch.tensor([ids[:BATCH_PROMPT_LEN]] * BATCH)
             o = model(xb, use_cache=True)
             cache, tok = o.past_key_values, torch.full((BATCH, 1), 5)
             t = time.perf_counter()
-            for _ in range(DECODE_STEPS // 4):
+            for _ in range(BATCH_STEPS):
                 cache = model(tok, past_key_values=cache, use_cache=True).past_key_values
-            out["decode_b16"] = BATCH * (DECODE_STEPS // 4) / (time.perf_counter() - t)
+            out["decode_b16"] = BATCH * BATCH_STEPS / (time.perf_counter() - t)
     out["peak_rss_mb"] = _peak_mb()
     print(json.dumps(out))
 
@@ -139,9 +140,9 @@ LLAMACPP_BUILDS = {  # benchmarks/build_llamacpp.sh builds both
 def llamacpp(threads, ckpt, reps, build):
     """llama.cpp on a bf16 GGUF converted from the same checkpoint, or None if `build` is not built:
     llama-bench's prefill, decode after the prompt's positions (-d) and decode from position 0; and
-    llama-batched-bench's decode of 1 and of BATCH sequences, each after its own 32-token prompt as
-    in det-infer's batch-16 figure (DECODE_STEPS steps: a shorter run leaves batch 1 too noisy to
-    divide by), as medians of `reps` runs."""
+    llama-batched-bench's decode of 1 and of BATCH sequences, each after its own prompt of
+    BATCH_PROMPT_LEN tokens as in det-infer's batch-16 figure (DECODE_STEPS steps: a shorter run
+    leaves batch 1 too noisy to divide by), as medians of `reps` runs."""
     bin_dir = ROOT / "build/llamacpp" / build / "bin"
     if not (bin_dir / "llama-bench").exists():
         return None
@@ -165,7 +166,7 @@ def llamacpp(threads, ckpt, reps, build):
     if batched.exists():
         runs = []
         for _ in range(reps):
-            r = subprocess.run([str(batched), "-m", str(gguf), "-t", str(threads), "-c", "4096", "-npp", "32",
+            r = subprocess.run([str(batched), "-m", str(gguf), "-t", str(threads), "-c", "4096", "-npp", str(BATCH_PROMPT_LEN),
                                 "-ntg", str(DECODE_STEPS), "-npl", f"1,{BATCH}", "--output-format", "jsonl"],
                                check=True, capture_output=True, text=True)
             rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
@@ -214,7 +215,8 @@ def main():
     for name, lc in lcs.items():
         b16 = f"{lc['b16']:.1f} | {lc['b16'] / lc['b1']:.1f}x" if "b16" in lc else " | "
         print(f"| {name} (llama-bench -t {args.threads}; decode after {PROMPT_LEN} positions, -d {PROMPT_LEN}; "
-              f"b16 and its b1 divisor: llama-batched-bench, {DECODE_STEPS} steps after 32-token prompts) | {lc['prefill']:.0f} | | {lc['decode']:.1f} | {b16} | |")
+              f"b16 and its b1 divisor: llama-batched-bench, {DECODE_STEPS} steps after {BATCH_PROMPT_LEN}-token prompts) | "
+              f"{lc['prefill']:.0f} | | {lc['decode']:.1f} | {b16} | |")
         print(f"| {name}, decode from position 0 (llama-bench's default) | | | {lc['decode0']:.1f} | | | |")
     print(f"| bandwidth floor ({weight_bytes / 1e6:.0f} MB of bf16 weights at {bw:.1f} GB/s read) | | | "
           f"{bw * 1e9 / weight_bytes:.1f} | | | |")
@@ -237,7 +239,7 @@ def main():
         print(f"det-infer / {name}: decode b1 {d['decode_b1'] / lc['decode']:.2f}x per-step calls, "
               f"{d['decode_b1_single_launch'] / lc['decode']:.2f}x single launch; prefill "
               f"{d['prefill'] / lc['prefill']:.2f}x" + (f"; decode b16 {d['decode_b16'] / lc['b16']:.2f}x" if "b16" in lc else ""))
-    print(f"det-infer's b16 / b1 divides its batch of {BATCH} ({DECODE_STEPS // 4} steps after 32-token prompts) "
+    print(f"det-infer's b16 / b1 divides its batch of {BATCH} ({BATCH_STEPS} steps after {BATCH_PROMPT_LEN}-token prompts) "
           f"by its batch-1 decode at positions {PROMPT_LEN}..{PROMPT_LEN + DECODE_STEPS - 1}")
     print(f"det-infer memory above the process baseline (torch imported): peak {d['engine_mb']:.0f} MB, "
           f"budget (weights + its KV caches + 50 MB) {d['budget_mb']:.0f} MB")
