@@ -21,19 +21,37 @@ namespace {
 
 constexpr int kLeaves = 32;  // 256 residues / 8 lanes
 
-// Steps j + 128 .. j + 8 of one key's tree over its first `live` leaves (the rest +0, skipped);
-// returns leaf 0.
+// Steps j + 128 .. j + 8 of the tree over the first kHave leaves (the rest +0, skipped), from step
+// j + 8 * S down; returns leaf 0. Unrolled at compile time, so the leaves stay in registers (a loop
+// bounded at run time kept them in memory: three times slower for D = 64).
+template <int S, int kHave>
+DET_AVX2 inline __m256 fold_leaves(__m256* leaf) {
+  if constexpr (S == 0) {
+    return leaf[0];
+  } else {
+#pragma GCC unroll 16
+    for (int x = 0; x < S && x + S < kHave; ++x) leaf[x] = _mm256_add_ps(leaf[x], leaf[x + S]);
+    return fold_leaves<S / 2, (kHave < S ? kHave : S)>(leaf);
+  }
+}
+
+// Steps j + 128 .. j + 8 of one key's tree over its first `live` leaves (kLive when it is not 0;
+// the rest +0, skipped); returns leaf 0.
 template <int kLive>
 DET_AVX2 inline __m256 key_leaves(const float* q, const float* k, int64_t D, int live) {
   const int n = kLive > 0 ? kLive : live;
   __m256 leaf[kLeaves];
+#pragma GCC unroll 16
   for (int x = 0; x < n; ++x)
     leaf[x] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * x), _mm256_loadu_ps(k + 8 * x), _mm256_setzero_ps());
-  for (int64_t k0 = 256; k0 < D; k0 += 256) {  // heads longer than 256: more terms per residue
-    const int m = (int)std::min<int64_t>(256, D - k0) / 8;
-    for (int x = 0; x < m; ++x)
-      leaf[x] = _mm256_fmadd_ps(_mm256_loadu_ps(q + k0 + 8 * x), _mm256_loadu_ps(k + k0 + 8 * x), leaf[x]);
+  if constexpr (kLive == 0 || kLive == kLeaves) {  // only these heads can be longer than 256
+    for (int64_t k0 = 256; k0 < D; k0 += 256) {      // more terms per residue
+      const int m = (int)std::min<int64_t>(256, D - k0) / 8;
+      for (int x = 0; x < m; ++x)
+        leaf[x] = _mm256_fmadd_ps(_mm256_loadu_ps(q + k0 + 8 * x), _mm256_loadu_ps(k + k0 + 8 * x), leaf[x]);
+    }
   }
+  if constexpr (kLive > 0) return fold_leaves<kLeaves / 2, kLive>(leaf);
   int have = n;
   for (int s = kLeaves / 2; s >= 1; s /= 2) {
     for (int x = 0; x < s && x + s < have; ++x) leaf[x] = _mm256_add_ps(leaf[x], leaf[x + s]);
