@@ -6,6 +6,7 @@ bf16 dot products that multiplies in fp32 fma; both round the activations to bf1
 does not) and the memory-bandwidth floor. Prints the markdown table of docs/RESULTS.md §5.
 
     .venv/bin/python benchmarks/bench_cpu.py [--threads 2] [--reps 3] [--engines det-infer,det-infer-nf4]
+    .venv/bin/python benchmarks/bench_cpu.py --model gemma3 --engines det-infer   # Gemma-3-270M (gelu-tanh)
 
 Each engine runs in its own process (so peak RSS is its own); every figure is the median of
 --reps runs measured in this one invocation. Prefill is timed after one warm-up pass (llama-bench
@@ -27,15 +28,25 @@ PROMPT_LEN, DECODE_STEPS, BATCH = 128, 64, 16
 BATCH_PROMPT_LEN, BATCH_STEPS = 32, DECODE_STEPS // 4  # each sequence of the batch figure: its prompt, its steps
 
 
-def _child(kind, threads):
+def _checkpoint(model, kind):
+    """The checkpoint an engine runs: SmolLM2-135M-Instruct (bf16, or its nf4 quantization), or the
+    bf16 Gemma-3-270M."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import real_models
+
+    if model == "gemma3":
+        if kind == "det-infer-nf4":
+            raise SystemExit("bench_cpu: --model gemma3 has no nf4 checkpoint; use --engines det-infer,transformers-...")
+        return real_models.gemma3_checkpoint()
+    return real_models.smollm2_nf4_checkpoint() if kind == "det-infer-nf4" else real_models.smollm2_checkpoint()
+
+
+def _child(kind, threads, model):
     """Runs one engine in this process and prints a JSON line of its numbers."""
     import torch
 
     torch.set_num_threads(threads)
-    sys.path.insert(0, str(ROOT / "tests"))
-    import real_models
-
-    ckpt = real_models.smollm2_nf4_checkpoint() if kind == "det-infer-nf4" else real_models.smollm2_checkpoint()
+    ckpt = _checkpoint(model, kind)
     ids = [(17 * i + 3) % 40000 + 100 for i in range(PROMPT_LEN)]
     out = {}
     if kind.startswith("det-infer"):
@@ -182,28 +193,29 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--child")
     ap.add_argument("--engines", default="det-infer,det-infer-nf4,transformers-fp32,transformers-bf16")
+    ap.add_argument("--model", choices=("smollm2", "gemma3"), default="smollm2",
+                    help="gemma3: Gemma-3-270M, without llama.cpp (its GGUF is built from SmolLM2)")
     args = ap.parse_args()
     if args.child:
-        return _child(args.child, args.threads)
-    sys.path.insert(0, str(ROOT / "tests"))
-    import real_models
-
-    ckpt = real_models.smollm2_checkpoint()
+        return _child(args.child, args.threads, args.model)
+    ckpt = _checkpoint(args.model, "det-infer")
     weight_bytes = os.path.getsize(ckpt / "model.safetensors")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     results = {}
     for kind in args.engines.split(","):
         runs = []
         for _ in range(args.reps):
-            r = subprocess.run([sys.executable, __file__, "--child", kind, "--threads", str(args.threads)],
+            r = subprocess.run([sys.executable, __file__, "--child", kind, "--threads", str(args.threads),
+                                "--model", args.model],
                                env=env, check=True, capture_output=True, text=True)
             runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
         results[kind] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     bw = read_bandwidth(args.threads)
-    lcs = {name: llamacpp(args.threads, ckpt, args.reps, build) for build, name in LLAMACPP_BUILDS.items()}
+    lcs = {name: llamacpp(args.threads, ckpt, args.reps, build)
+           for build, name in LLAMACPP_BUILDS.items() if args.model == "smollm2"}
     lcs = {name: r for name, r in lcs.items() if r}
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    print(f"{time.strftime('%Y-%m-%d')}, {cpu}, {args.threads} threads; medians of {args.reps} runs; "
+    print(f"{time.strftime('%Y-%m-%d')}, {cpu}, {args.threads} threads; {ckpt.name}; medians of {args.reps} runs; "
           f"prompt {PROMPT_LEN}, {DECODE_STEPS} decode steps, batch {BATCH}")
     print("| engine | prefill tok/s | decode b1 tok/s (per-step calls) | decode b1 tok/s (single launch) "
           "| decode b16 tok/s (aggregate) | b16 / b1 | peak RSS MB |")

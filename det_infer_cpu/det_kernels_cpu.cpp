@@ -39,8 +39,6 @@ int gemv_isa(const det_matrix& W, int64_t K, int64_t B) {
   return isa >= DET_ISA_AVX512 && (B != 2 || !W.bf16) ? DET_ISA_AVX512 : DET_ISA_AVX2;
 }
 
-// gelu-tanh has no SIMD version: it runs once per intermediate element and token, against a
-// GEMV's hidden multiply-adds per element, so the scalar contract loop is a small share of a pass.
 DET_CPU_CLONES void act_mul_ref(int act, const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = det_mul_f32(det_act_f32(act, gate[i]), up[i]);
 }
@@ -122,7 +120,10 @@ void det_attn_scores(const float* q, const float* k, int64_t stride, int64_t D, 
 
 void det_act_mul(int act, const float* gate, const float* up, float* out, int64_t n) {
 #if defined(__x86_64__)
-  if (act == DET_ACT_SILU && det_cpu_isa() >= DET_ISA_AVX2) return det_silu_mul_avx2(gate, up, out, n);
+  if (det_cpu_isa() >= DET_ISA_AVX2) {
+    if (act == DET_ACT_SILU) return det_silu_mul_avx2(gate, up, out, n);
+    if (act == DET_ACT_GELU_TANH) return det_gelu_tanh_mul_avx2(gate, up, out, n);
+  }
 #endif
   act_mul_ref(act, gate, up, out, n);
 }

@@ -72,5 +72,6 @@ void det_attn_scores_avx2(const float* q, const float* k, int64_t stride, int64_
                           float* out);
 // AVX2 + FMA (x86/det_act_avx2.cpp)
 void det_silu_mul_avx2(const float* gate, const float* up, float* out, int64_t n);
+void det_gelu_tanh_mul_avx2(const float* gate, const float* up, float* out, int64_t n);
 void det_exp_sub_avx2(const float* s, float m, float* e, int64_t n);
 #endif

@@ -121,9 +121,9 @@ def test_capped_isa_gives_the_pinned_digests(level):
 
 
 @pytest.mark.parametrize("isa", [1], indirect=True, ids=["avx2"])
-@pytest.mark.parametrize("fn", ["exp", "silu"])
+@pytest.mark.parametrize("fn", ["exp", "silu", "gelu_tanh"])
 def test_engine_activations_equal_the_contract(di, isa, fn):
-    """The vectorized exp / silu of the engine against the scalar contract, bit for bit, over the
+    """The vectorized exp / silu / gelu-tanh of the engine against the scalar contract, bit for bit, over the
     10-million-input accuracy sets (every range, edge and special value) plus raw bit patterns."""
     import accuracy
 
@@ -136,7 +136,7 @@ def test_engine_activations_equal_the_contract(di, isa, fn):
 
 
 @pytest.mark.parametrize("isa", [1], indirect=True, ids=["avx2"])
-@pytest.mark.parametrize("fn", ["exp", "silu"])
+@pytest.mark.parametrize("fn", ["exp", "silu", "gelu_tanh"])
 def test_engine_activations_short_lengths(di, isa, fn):
     """Lengths around the kernel's packs of 32 (the last part pack goes through a padded copy): every
     output equals the contract, and nothing past the end of the output is written."""
@@ -146,6 +146,27 @@ def test_engine_activations_short_lengths(di, isa, fn):
         di.ops.act_engine(out[:n], x[:n], fn)
         assert torch.equal(out[:n].view(torch.int32), di.contract.unary(x[:n], fn).view(torch.int32)), n
         assert torch.equal(out[n:], torch.full((8,), 7.0)), n
+
+
+@pytest.mark.parametrize("isa", [0, 1], indirect=True, ids=["ref", "avx2"])
+@pytest.mark.parametrize("fn", ["silu", "gelu_tanh"])
+def test_engine_activation_times_up(di, isa, fn):
+    """The MLP's act(gate) * up as the engine runs it: one fp32 product of the contract's activation
+    and up, including zeros, infinities and NaN in either operand."""
+    import accuracy
+
+    gen = torch.Generator().manual_seed(11)
+    x = torch.from_numpy(accuracy.inputs(fn, 300_000))
+    up = torch.randn(x.shape, generator=gen) * torch.exp2(torch.randint(-30, 30, x.shape, generator=gen).float())
+    special = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-45, -3e38])
+    up[: 7 * 997 : 997] = special
+    x[5 : 5 + 7 * 991 : 991] = special
+    out = torch.empty_like(x)
+    di.ops.act_engine(out, x, fn, up)
+    want = di.contract.unary(x, fn) * up
+    nan = torch.isnan(want)
+    assert torch.equal(torch.isnan(out), nan)
+    assert torch.equal(out[~nan].view(torch.int32), want[~nan].view(torch.int32))
 
 
 @pytest.mark.parametrize("isa", [0, 1], indirect=True, ids=["ref", "avx2"])

@@ -134,7 +134,8 @@ void isa_cap(int64_t level) {
   det_set_isa_cap((int)level);
 }
 
-void act_engine(torch::Tensor& out, const torch::Tensor& x, const std::string& fn) {
+void act_engine(torch::Tensor& out, const torch::Tensor& x, const std::string& fn,
+                const std::optional<torch::Tensor>& up) {
   check_dense(x, "x", torch::kFloat32);
   check_dense(out, "out", torch::kFloat32);
   TORCH_CHECK_VALUE(x.is_cpu() && out.is_cpu() && out.numel() == x.numel(),
@@ -142,11 +143,20 @@ void act_engine(torch::Tensor& out, const torch::Tensor& x, const std::string& f
   const int64_t n = x.numel();
   det_fpenv_guard env;
   if (fn == "exp") {
+    TORCH_CHECK_VALUE(!up, "det-infer: act_engine's up is for silu and gelu_tanh, not exp");
     det_exp_sub(x.data_ptr<float>(), 0.0f, out.data_ptr<float>(), n);  // exp(fl(x - 0)) = exp(x)
   } else if (fn == "silu" || fn == "gelu_tanh") {
-    std::vector<float> ones(n, 1.0f);                                    // act(x) * 1 = act(x)
-    det_act_mul(fn == "silu" ? DET_ACT_SILU : DET_ACT_GELU_TANH, x.data_ptr<float>(), ones.data(),
-                out.data_ptr<float>(), n);
+    std::vector<float> ones;
+    const float* u = nullptr;
+    if (up) {
+      check_dense(*up, "up", torch::kFloat32);
+      TORCH_CHECK_VALUE(up->is_cpu() && up->numel() == n, "det-infer: act_engine's up must be a CPU tensor of x's size");
+      u = up->data_ptr<float>();
+    } else {
+      ones.assign(n, 1.0f);  // act(x) * 1 = act(x)
+      u = ones.data();
+    }
+    det_act_mul(fn == "silu" ? DET_ACT_SILU : DET_ACT_GELU_TANH, x.data_ptr<float>(), u, out.data_ptr<float>(), n);
   } else {
     TORCH_CHECK_VALUE(false, "det-infer: act_engine supports exp, silu, gelu_tanh; got '", fn, "'");
   }
@@ -240,7 +250,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("isa_cap(int level) -> ()");
   ops.impl("isa_cap", c10::DispatchKey::CompositeExplicitAutograd, &isa_cap);
   // the engine's vectorized exp(x) or silu(x) (for tests against unary_f32)
-  ops.def("act_engine(Tensor! out, Tensor x, str fn) -> ()");
+  ops.def("act_engine(Tensor! out, Tensor x, str fn, Tensor? up=None) -> ()");
   ops.impl("act_engine", torch::kCPU, &act_engine);
   // the engine's attention scores of one query against rows of k (for tests against the contract)
   ops.def("attn_scores_engine(Tensor! out, Tensor q, Tensor k, float scale) -> ()");

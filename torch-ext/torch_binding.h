@@ -12,7 +12,8 @@ void sum_ref(torch::Tensor& out, const torch::Tensor& x);
 int64_t argmax_f32(const torch::Tensor& x);
 bool fpenv_probe();
 void isa_cap(int64_t level);
-void act_engine(torch::Tensor& out, const torch::Tensor& x, const std::string& fn);
+void act_engine(torch::Tensor& out, const torch::Tensor& x, const std::string& fn,
+                const std::optional<torch::Tensor>& up);
 std::string gemv_engine(torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& x,
                         const c10::optional<torch::Tensor>& absmax);
 

@@ -1,7 +1,7 @@
-// det_act_avx2.cpp: exp and silu with AVX2 + FMA, same operations as contract/det_exp.h and
-// contract/det_act.h lane by lane (tests/test_engine_kernels.py compares every bit with the scalar
-// contract). Branches of the scalar code become per-lane selects: both sides are computed and the
-// lane takes the side its own condition picks, so no lane ever sees another lane's path.
+// det_act_avx2.cpp: exp, silu and gelu-tanh with AVX2 + FMA, same operations as contract/det_exp.h
+// and contract/det_act.h lane by lane (tests/test_engine_kernels.py compares every bit with the
+// scalar contract). Branches of the scalar code become per-lane selects: both sides are computed
+// and the lane takes the side its own condition picks, so no lane ever sees another lane's path.
 //
 // Every value is a pack of kPack independent 8-lane vectors, and every operation is applied to the
 // pack's vectors one after another. The double-float exp is one long chain of dependent operations
@@ -195,14 +195,13 @@ DET_INL vf exp_pack(vf x) {
   return sel(isnan_(x), set(det_nan_f32()), r);
 }
 
-// det_mul_sigmoid_f32(x, (z, 0)) per lane, for x, z not NaN (|z| > 120, infinities included, take
+// det_mul_sigmoid_f32(x, z) per lane, for x, z not NaN (|z.hi| > 120, infinities included, take
 // the two selects at the end; the clamp keeps their lanes' arithmetic finite).
-DET_INL vf mul_sigmoid(vf x, vf z) {
-  const vf zc = max_(min_(z, set(DET_SIGMOID_ZERO)), set(-DET_SIGMOID_ZERO));
+DET_INL vf mul_sigmoid(vf x, v2 z) {
+  const vf zc = max_(min_(z.hi, set(DET_SIGMOID_ZERO)), set(-DET_SIGMOID_ZERO));
   const vf negz = lt(zc, zero());
-  const vf w = sel(negz, zc, neg(zc));
   vi k;
-  v2 m = exp_reduce({w, zero()}, &k);
+  v2 m = exp_reduce({sel(negz, zc, neg(zc)), sel(negz, z.lo, neg(z.lo))}, &k);  // -|z|
   v2 d = fast_two_sum(set(1.0f), ldexp_(m.hi, k));
   d = fast_two_sum(d.hi, add(d.lo, ldexp_(m.lo, k)));
   // The two sides divide different numerators by the same d: each lane picks its numerator
@@ -213,14 +212,28 @@ DET_INL vf mul_sigmoid(vf x, vf z) {
   const vf r_pos = copysign_(add(q.hi, q.lo), x);
   const vf r_neg = copysign_(x2_ldexp(q, k), x);
   vf r = sel(negz, r_neg, r_pos);
-  r = sel(gt(z, set(DET_SIGMOID_ZERO)), x, r);
-  return sel(lt(z, set(-DET_SIGMOID_ZERO)), copysign_(zero(), x), r);
+  r = sel(gt(z.hi, set(DET_SIGMOID_ZERO)), x, r);
+  return sel(lt(z.hi, set(-DET_SIGMOID_ZERO)), copysign_(zero(), x), r);
 }
 
 DET_INL vf silu_pack(vf x) {
   const vf nan = isnan_(x);
   const vf xs = sel(nan, zero(), x);
-  return sel(nan, set(det_nan_f32()), mul_sigmoid(xs, xs));
+  return sel(nan, set(det_nan_f32()), mul_sigmoid(xs, {xs, zero()}));
+}
+
+// det_gelu_tanh_f32 per lane: z = 2C * (x + A * x^3) in double-float, then x * sigmoid(z). Lanes
+// with |x| > 12 or NaN take their select at the end, computing on 0 meanwhile.
+DET_INL vf gelu_tanh_pack(vf x) {
+  const vf nan = isnan_(x), big = gt(abs_(x), set(DET_GELU_BIG));
+  const vf xs = sel(or_(nan, big), zero(), x);
+  const v2 x3 = x2_mul(two_prod(xs, xs), {xs, zero()});
+  const v2 t = x2_mul({set(DET_GELU_A_HI), set(DET_GELU_A_LO)}, x3);
+  v2 u = two_sum(xs, t.hi);
+  u = fast_two_sum(u.hi, add(u.lo, t.lo));
+  vf r = mul_sigmoid(xs, x2_mul({set(DET_GELU_2C_HI), set(DET_GELU_2C_LO)}, u));
+  r = sel(big, sel(gt(x, zero()), x, copysign_(zero(), x)), r);
+  return sel(nan, set(det_nan_f32()), r);
 }
 
 DET_INL vf load(const float* p) { vf r; for (int j = 0; j < kPack; ++j) r.v[j] = _mm256_loadu_ps(p + 8 * j); return r; }
@@ -240,9 +253,11 @@ DET_INL void over_packs(int64_t n, const float* a, const float* b, float* out, O
   memcpy(out + i, to, (n - i) * sizeof(float));
 }
 
-DET_INL void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+// out = fl(act(gate) * up), act one of the packs above.
+template <vf (*act)(vf)>
+DET_INL void act_mul(const float* gate, const float* up, float* out, int64_t n) {
   over_packs(n, gate, up, out, [](const float* g, const float* u, float* o) DET_INL_LAMBDA {
-    store(o, mul(silu_pack(load(g)), load(u)));
+    store(o, mul(act(load(g)), load(u)));
   });
 }
 
@@ -256,6 +271,9 @@ DET_INL void exp_sub(const float* s, float m, float* e, int64_t n) {
 }  // namespace
 
 DET_AVX2 void det_silu_mul_avx2(const float* gate, const float* up, float* out, int64_t n) {
-  silu_mul(gate, up, out, n);
+  act_mul<silu_pack>(gate, up, out, n);
+}
+DET_AVX2 void det_gelu_tanh_mul_avx2(const float* gate, const float* up, float* out, int64_t n) {
+  act_mul<gelu_tanh_pack>(gate, up, out, n);
 }
 DET_AVX2 void det_exp_sub_avx2(const float* s, float m, float* e, int64_t n) { exp_sub(s, m, e, n); }
