@@ -123,8 +123,9 @@ def test_capped_isa_gives_the_pinned_digests(level):
 @pytest.mark.parametrize("isa", [1], indirect=True, ids=["avx2"])
 @pytest.mark.parametrize("fn", ["exp", "silu", "gelu_tanh"])
 def test_engine_activations_equal_the_contract(di, isa, fn):
-    """The vectorized exp / silu / gelu-tanh of the engine against the scalar contract, bit for bit, over the
-    10-million-input accuracy sets (every range, edge and special value) plus raw bit patterns."""
+    """The vectorized exp / silu / gelu-tanh of the engine against the scalar contract, bit for bit,
+    over the 10-million-input accuracy sets (every range, edge and special value) plus raw bit
+    patterns."""
     import accuracy
 
     x = torch.from_numpy(accuracy.inputs(fn, 10_000_000))
