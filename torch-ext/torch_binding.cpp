@@ -150,13 +150,15 @@ void act_engine(torch::Tensor& out, const torch::Tensor& x, const std::string& f
     const float* u = nullptr;
     if (up) {
       check_dense(*up, "up", torch::kFloat32);
-      TORCH_CHECK_VALUE(up->is_cpu() && up->numel() == n, "det-infer: act_engine's up must be a CPU tensor of x's size");
+      TORCH_CHECK_VALUE(up->is_cpu() && up->numel() == n,
+                        "det-infer: act_engine's up must be a CPU tensor of x's size");
       u = up->data_ptr<float>();
     } else {
       ones.assign(n, 1.0f);  // act(x) * 1 = act(x)
       u = ones.data();
     }
-    det_act_mul(fn == "silu" ? DET_ACT_SILU : DET_ACT_GELU_TANH, x.data_ptr<float>(), u, out.data_ptr<float>(), n);
+    det_act_mul(fn == "silu" ? DET_ACT_SILU : DET_ACT_GELU_TANH, x.data_ptr<float>(), u,
+                out.data_ptr<float>(), n);
   } else {
     TORCH_CHECK_VALUE(false, "det-infer: act_engine supports exp, silu, gelu_tanh; got '", fn, "'");
   }
@@ -249,7 +251,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // above the CPU's = the CPU's)
   ops.def("isa_cap(int level) -> ()");
   ops.impl("isa_cap", c10::DispatchKey::CompositeExplicitAutograd, &isa_cap);
-  // the engine's vectorized exp(x) or silu(x) (for tests against unary_f32)
+  // the engine's vectorized exp(x), or silu(x) / gelu_tanh(x) times up (1 when absent), for tests
+  // against unary_f32
   ops.def("act_engine(Tensor! out, Tensor x, str fn, Tensor? up=None) -> ()");
   ops.impl("act_engine", torch::kCPU, &act_engine);
   // the engine's attention scores of one query against rows of k (for tests against the contract)
