@@ -2,10 +2,10 @@
 // (docs/SPEC.md §13.4). Chunk c holds positions [128c, 128c + 127]; slot j of the chunk is
 // position 128c + j, and a masked position (after the query, or outside a sliding window)
 // contributes nothing. The score of key j is fl(canonical dot(q, k_j) * scale), scale =
-// rsqrt(head_dim). Per chunk: the max m of the scores (the first visible one, then any larger one,
-// in slot order), e_j = exp(s_j - m), the canonical sum l of the e_j and, per dimension d, the
-// canonical sum o[d] of e_j * v_j[d] (both reductions of length 128 over the slots). Chunks
-// combine in increasing order:
+// rsqrt(attn_scale_dim) (head_dim, or Gemma's value: §13.6, §13.7). Per chunk: the max m of the
+// scores (the first visible one, then any larger one, in slot order), e_j = exp(s_j - m), the
+// canonical sum l of the e_j and, per dimension d, the canonical sum o[d] of e_j * v_j[d] (both
+// reductions of length 128 over the slots). Chunks combine in increasing order:
 //   M' = max(M, m); a = exp(M - M'); b = exp(m - M'); L' = L*a + l*b; O'[d] = O[d]*a + o[d]*b,
 // each product and sum rounded; the output is O[d] / L. The chunk length is part of the contract.
 #pragma once

@@ -1,7 +1,7 @@
 // det_llama_model.h: what every executor takes: a llama-family model (Llama, Qwen3, Mistral,
-// Gemma-3) as weight pointers (the seven per-layer projections dense bf16 or nf4-packed,
-// det_nf4.h; norms as fp32 multipliers, docs/SPEC.md §13.2) plus the shapes and switches the
-// contract depends on, and one sequence's fp32 KV cache.
+// Gemma-3, Gemma-4 text) as weight pointers (the seven per-layer projections dense bf16 or
+// nf4-packed, det_nf4.h; norms as fp32 multipliers, docs/SPEC.md §13.2) plus the shapes and
+// switches the contract depends on, and one sequence's fp32 KV cache.
 // The CPU engine reads host pointers; the megakernel reads the same struct holding device
 // pointers (or host pointers under emulation). Plain C, no torch.
 #pragma once

@@ -1,7 +1,8 @@
-// det_philox.h: the counter-based generator of seeded sampling (docs/SPEC.md §15.1): Philox4x32-10
-// (Salmon et al., SC'11), integer-only, so every device draws the same bits. The draw for a token
-// is keyed by the user's 64-bit seed and counted by the token's absolute position, never by batch
-// slot or call: a sequence samples the same alone, in a batch, in one launch or per step.
+// det_philox.h: the counter-based generator of seeded sampling (docs/SPEC.md §15, step 6):
+// Philox4x32-10 (Salmon et al., SC'11), integer-only, so every device draws the same bits. The draw
+// for a token is keyed by the user's 64-bit seed and counted by the token's absolute position,
+// never by batch slot or call: a sequence samples the same alone, in a batch, in one launch or per
+// step.
 #pragma once
 
 #include "det_round.h"

@@ -44,7 +44,7 @@ inline void det_prefetch_l2(const void* p, int64_t bytes) {
 // Attention scores of one query: out[i] = fl(canonical dot(q, k + i*stride over D) * scale), i < n.
 void det_attn_scores(const float* q, const float* k, int64_t stride, int64_t D, int64_t n, float scale,
                      float* out);
-// out[i] = fl(act(gate[i]) * up[i]), act silu or gelu-tanh (DET_ACT_*, det_llama_model.h)
+// out[i] = fl(act(gate[i]) * up[i]), act silu or gelu-tanh (DET_ACT_*, contract/det_act.h)
 void det_act_mul(int act, const float* gate, const float* up, float* out, int64_t n);
 // e[i] = exp(fl(s[i] - m))
 void det_exp_sub(const float* s, float m, float* e, int64_t n);

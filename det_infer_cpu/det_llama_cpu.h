@@ -1,11 +1,12 @@
-// det_llama_cpu.h: the CPU engine for llama-family decoders (Llama, Qwen3, Mistral), torch-free.
+// det_llama_cpu.h: the CPU engine for llama-family decoders (Llama, Qwen3, Mistral, Gemma-3,
+// Gemma-4 text), torch-free.
 //
 // The forward pass of docs/SPEC.md §13 over "rows": row i is token tokens[i] at position
 // positions[i] of the KV cache caches[i]. A prefill is the rows of one prompt, a batched decode
 // step one row per sequence, a split prefill any grouping in between: the math of a row never
-// depends on the other rows, so every grouping gives the same bits. Weights are bf16 used in
-// place (the caller keeps them alive, typically memory-mapped); activations and the KV cache
-// are fp32.
+// depends on the other rows, so every grouping gives the same bits. Weights are bf16 (projections
+// possibly nf4-packed, contract/det_nf4.h) used in place (the caller keeps them alive, typically
+// memory-mapped); activations and the KV cache are fp32.
 #pragma once
 
 #include <stdint.h>

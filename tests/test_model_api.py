@@ -131,6 +131,16 @@ def test_stop_on_eos(mm):
     assert streams[0] == cut
 
 
+def test_tokenizer_output_is_accepted_as_ids(mm):
+    """What a tokenizer returns (a BatchEncoding, a dict with input_ids) is taken as its input_ids."""
+    prompt = synthetic.token_sequence(12, 1000, 4)
+    want = mm.generate(prompt, max_new=3)
+    assert mm.generate({"input_ids": prompt, "attention_mask": [1] * 12}, max_new=3) == want
+    assert mm.generate({"input_ids": torch.tensor(prompt)}, max_new=3) == want
+    with pytest.raises(TypeError, match="1-d integer"):
+        mm.generate({"input_ids": torch.tensor([prompt])}, max_new=3)
+
+
 def test_reset_and_fork(mm):
     ids = synthetic.token_sequence(40, 1000, 5)
     mm.reset()

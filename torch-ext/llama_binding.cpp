@@ -1,5 +1,5 @@
 // llama_binding.cpp: the mak_* ops of the llama-family engine. Each call receives the model as a
-// tensor list in the canonical order (torch-ext/det_infer/names.py, LLAMA_LAYER_TENSORS), checks
+// tensor list in the canonical order (torch-ext/det_infer/names.py, llama_tensor_names), checks
 // every tensor against the config, and hands raw pointers to the torch-free engine.
 #include <torch/library.h>
 
@@ -107,7 +107,8 @@ void register_llama_ops(torch::Library& ops) {
   ops.def("mak_forward(Tensor[] weights, Tensor[] scales, int[] cfg, float eps, Tensor inv_freq, Tensor tokens, Tensor positions, "
           "Tensor(a!)[] caches, Tensor cache_index, Tensor want, Tensor! logits) -> ()");
   ops.impl("mak_forward", torch::kCPU, &mak_forward);
-  // A whole greedy generation for B sequences (prefill + every decode step) in one native call.
+  // A whole generation for B sequences (prefill + every decode step) in one native call: greedy,
+  // or seeded sampling per sequence (sample_f / sample_i, docs/SPEC.md §15).
   ops.def("mak_generate(Tensor[] weights, Tensor[] scales, int[] cfg, float eps, Tensor inv_freq, Tensor prompts, "
           "Tensor prompt_offsets, Tensor start_positions, Tensor(a!)[] caches, int max_new, Tensor stop_ids, "
           "Tensor sample_f, Tensor sample_i, Tensor! out_tokens, Tensor! out_lengths, Tensor! step_logits) -> ()");

@@ -6,10 +6,11 @@
 // hashes them and compares with the pinned digests. Built with several compilers and for aarch64.
 //
 // Dump (little-endian): "DETM", int64 n + n int64 config ints (torch-ext/det_infer/config.py
-// engine_ints: LLAMA_CFG_FIELDS, then window and rope table per layer), float64 eps, int64 n + n
-// float64 inverse frequencies, int64 tensor count, each tensor as int64 byte count + its bytes
-// (canonical order of names.py: bf16 matrices, fp32 norm multipliers), then int64 n + int32
-// teacher ids, int64 n + int32 prompt ids, int64 max_new.
+// engine_ints: LLAMA_CFG_FIELDS, then (pairs, pair offset) per rope table, then LAYER_FIELDS per
+// layer), float64 eps, int64 n + n float64 inverse frequencies, int64 tensor count, each tensor as
+// int64 byte count + its bytes (canonical order of names.py: bf16 matrices, fp32 norm multipliers
+// and the softcap / layer scalars), then int64 n + int32 teacher ids, int64 n + int32 prompt ids,
+// int64 max_new.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

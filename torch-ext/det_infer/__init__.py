@@ -1,4 +1,6 @@
-"""det-infer: bit-exact LLM inference, the same fp32 logits on every GPU, toolchain and CPU.
+"""det-infer: bit-exact LLM inference, the same fp32 logits on every CPU and toolchain, and on
+every GPU by construction (the CUDA megakernel is built and audited for it; docs/RESULTS.md §9
+records whether it has been run on one).
 
 Load it as a Hugging Face kernel:
 

@@ -1,8 +1,8 @@
 """Model configuration from a Hugging Face config.json: typed, validated, nothing guessed from names.
 
 Every field that changes the math is read here and either supported or refused with an error that
-names it. The engine receives the integer fields as LLAMA_CFG_FIELDS (the order the binding's cfg
-enum expects, torch-ext/llama_binding.cpp).
+names it. The engine receives the integer fields as LLAMA_CFG_FIELDS (the order of the CFG_* enum
+that det_infer_cpu/det_model_cfg.h reads them in).
 """
 from dataclasses import dataclass, field
 
@@ -23,7 +23,7 @@ _MODEL_TYPES = {"llama": "llama", "qwen3": "qwen3", "mistral": "mistral", "gemma
 GEMMA = ("gemma3", "gemma4")
 # The MLP activation each family's config may name (transformers' ACT2FN names) -> the engine's
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
-_ACT_CODES = {"silu": 0, "gelu_tanh": 1}  # DET_ACT_* in contract/det_llama_model.h
+_ACT_CODES = {"silu": 0, "gelu_tanh": 1}  # DET_ACT_* in contract/det_act.h
 
 LLAMA_CFG_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                     "max_head_dim", "max_intermediate_size", "vocab_size", "rope_tables", "qk_norm",
@@ -79,7 +79,7 @@ class ModelConfig:
     eos_token_ids: tuple = ()
     bos_token_id: int = None
     quantization: str = None  # "nf4": bitsandbytes 4-bit projections (bnb_io.py); None: dense
-    # Gemma's differences from llama (docs/SPEC.md §13): the defaults are llama's.
+    # Gemma's differences from llama (docs/SPEC.md §13.6, §13.7): the defaults are llama's.
     hidden_act: str = "silu"  # or "gelu_tanh"
     norm_offset: float = 0.0  # norm multipliers are fl32(offset + weight): Gemma's 1 + w
     out_norms: bool = False  # attention and MLP outputs are normalized before the residual add

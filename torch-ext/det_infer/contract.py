@@ -1,4 +1,5 @@
-"""The contract functions as tensor ops: the same bits on the CPU engine and on any GPU.
+"""The contract functions as tensor ops: the same bits on the CPU engine and, by construction (the
+CUDA build is compiled and audited for it), on any GPU.
 
 Each function takes a contiguous tensor (fp32, or fp64 angles for `sincos`) on the CPU or, in a
 CUDA build, on a GPU, and returns a new fp32 tensor. docs/SPEC.md defines every operation.

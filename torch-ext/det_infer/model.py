@@ -11,7 +11,8 @@ Every method runs the same per-token computation (docs/SPEC.md §13), so a seque
 the same bits alone or in a batch, prefilled at once or token by token, in one call or per step,
 and on every executor:
     "engine"      the CPU engine (device="cpu", the default there)
-    "megakernel"  the CUDA megakernel (device="cuda", the only one there)
+    "megakernel"  the CUDA megakernel (device="cuda", the only one there; built and audited to give
+                  these bits; docs/RESULTS.md §9 lists its GPU runs)
     "emulated"    the megakernel's device code on the CPU under SIMT emulation (device="cpu"; slow,
                   for verification without a GPU); geometry= sets its launch shape
 """
@@ -224,6 +225,8 @@ class MegaModel:
     def _ids(self, ids, what="prompt"):
         if isinstance(ids, (str, bytes)):
             raise TypeError(f"det-infer: {what} must be a sequence of token ids, not a string (tokenize it first)")
+        if hasattr(ids, "keys") and "input_ids" in ids:  # a tokenizer's output (BatchEncoding or dict)
+            ids = ids["input_ids"]
         if isinstance(ids, torch.Tensor):
             if ids.dim() != 1 or ids.dtype not in (torch.int32, torch.int64):
                 raise TypeError(f"det-infer: {what} must be a 1-d integer tensor or a list of ints")
