@@ -31,29 +31,38 @@ int det_mk_cuda_resolve(const det_llama_model* m, det_mk_geometry* g, int device
   if (cudaGetDeviceProperties(&prop, device) != cudaSuccess)
     return fail(why, DET_MK_ERR_LAUNCH, "cudaGetDeviceProperties failed");
   if (!prop.cooperativeLaunch) return fail(why, DET_MK_ERR_LAUNCH, "the device does not support cooperative launch");
-  if (g->warps == 0) g->warps = DET_MK_MAX_THREADS / 32;
-  if (g->ring == 0) g->ring = 4;
-  if (g->warps * 32 > DET_MK_MAX_THREADS) return fail(why, DET_MK_ERR_GEOMETRY, "at most 8 warps per block on the GPU");
-  const size_t smem_max = prop.sharedMemPerBlockOptin;
-  if (g->tile_rows == 0) {
-    g->tile_rows = DET_MK_ROWS_MAX;
-    while (g->tile_rows > 1 && det_mk_smem_bytes(m, g) > smem_max) g->tile_rows /= 2;
-  }
-  const int grid_asked = g->grid;
-  g->grid = g->grid ? g->grid : 1;
-  int rc = det_mk_check_geometry(g, why);
-  if (rc != DET_MK_OK) return rc;
-  const size_t smem = det_mk_smem_bytes(m, g);
-  if (smem > smem_max) return fail(why, DET_MK_ERR_GEOMETRY, "the geometry needs more shared memory than the device has");
   const void* k = (const void*)&det_mk_kernel;
+  cudaFuncAttributes attr;
+  if (cudaFuncGetAttributes(&attr, k) != cudaSuccess) return fail(why, DET_MK_ERR_LAUNCH, "cudaFuncGetAttributes failed");
+  // The planner (megakernel/det_megakernel_plan.cpp) chooses and checks the geometry from these
+  // figures; tests/test_cuda_compile.py runs it offline for every architecture.
+  det_mk_device d;
+  d.cc_major = prop.major;
+  d.sm_count = prop.multiProcessorCount;
+  d.max_threads_per_sm = prop.maxThreadsPerMultiProcessor;
+  d.max_blocks_per_sm = prop.maxBlocksPerMultiProcessor;
+  d.regs_per_sm = prop.regsPerMultiprocessor;
+  d.regs_per_block = prop.regsPerBlock;
+  d.smem_per_sm = prop.sharedMemPerMultiprocessor;
+  d.smem_per_block_optin = prop.sharedMemPerBlockOptin;
+  d.smem_reserved_per_block = prop.reservedSharedMemPerBlock;
+  d.kernel_regs = attr.numRegs;
+  d.kernel_max_threads = attr.maxThreadsPerBlock < DET_MK_MAX_THREADS ? attr.maxThreadsPerBlock : DET_MK_MAX_THREADS;
+  d.kernel_static_smem = attr.sharedSizeBytes;
+  const bool grid_auto = g->grid == 0;
+  const int rc = det_mk_plan_geometry(m, g, &d, why);
+  if (rc != DET_MK_OK) return rc;
   // Always the device's maximum: the setting is per function, shared by every model and thread.
+  const size_t smem_max = d.smem_per_block_optin - d.kernel_static_smem;
   if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max) != cudaSuccess)
     return fail(why, DET_MK_ERR_LAUNCH, "cudaFuncSetAttribute failed");
+  // The runtime's own calculator has the last word on co-residency.
   int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, g->warps * 32, smem) != cudaSuccess || per_sm < 1)
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, g->warps * 32, det_mk_smem_bytes(m, g)) != cudaSuccess ||
+      per_sm < 1)
     return fail(why, DET_MK_ERR_LAUNCH, "no block of this geometry fits on a multiprocessor");
   const int resident = per_sm * prop.multiProcessorCount;
-  if (grid_asked == 0) g->grid = resident;
+  if (grid_auto && g->grid > resident) g->grid = resident;
   if (g->grid > resident) return fail(why, DET_MK_ERR_GEOMETRY, "grid exceeds the blocks that can be resident at once");
   return DET_MK_OK;
 }

@@ -148,5 +148,39 @@ int det_mk_check_program(const det_llama_model* m, const det_mk_program* p, cons
                          const int64_t* positions, const int32_t* seq, const uint8_t* want,
                          const int64_t* capacities, const char** why);
 
+// ---- launch planning: the GPU launcher's choices, made on the host (testable without a GPU) -----
+// A device and the compiled kernel as the occupancy rules see them (CUDA C++ Programming Guide,
+// "Compute Capabilities"; the runtime's calculator, cuda_occupancy.h). The launcher fills it from
+// cudaGetDeviceProperties and cudaFuncGetAttributes; tests/test_cuda_compile.py fills it from the
+// compute-capability table and ptxas's report, and compares det_mk_blocks_per_sm with
+// cuda_occupancy.h.
+struct det_mk_device {
+  int cc_major;                    // compute capability major (shared memory granule: 256 B on 7.x, 128 B after)
+  int sm_count;                    // multiprocessors
+  int max_threads_per_sm;
+  int max_blocks_per_sm;
+  int regs_per_sm;                 // 32-bit registers per multiprocessor
+  int regs_per_block;              // and per block
+  size_t smem_per_sm;              // shared memory per multiprocessor
+  size_t smem_per_block_optin;     // the most one block may have (after cudaFuncAttributeMaxDynamicSharedMemorySize)
+  size_t smem_reserved_per_block;  // the driver's share of every block (1 KB from sm_80, 0 on sm_75)
+  int kernel_regs;                 // the kernel's registers per thread
+  int kernel_max_threads;          // its launch bound: threads per block
+  size_t kernel_static_smem;       // its static shared memory (the megakernel has none)
+};
+
+// Blocks of `threads` threads with `dyn_smem` bytes of dynamic shared memory that one
+// multiprocessor holds at once: the least of the thread, block, register and shared-memory limits
+// (cuda_occupancy.h's rules, default carveout); 0 when not even one block fits.
+int det_mk_blocks_per_sm(const det_mk_device* d, int threads, size_t dyn_smem);
+
+// Fills the geometry's zero fields for the device: warps 8 (at most the kernel's launch bound),
+// ring 4, tile_rows the largest of 16, 8, 4, 2, 1 whose shared memory fits a block (when even one
+// row does not fit with a ring of 4 and the ring was left to the planner: ring 2), grid every
+// block that can be resident at once. Refuses (DET_MK_ERR_GEOMETRY, with why) a geometry whose
+// blocks cannot all be resident: the grid barrier of a cooperative launch needs every block on
+// an SM together.
+int det_mk_plan_geometry(const det_llama_model* m, det_mk_geometry* g, const det_mk_device* d, const char** why);
+
 // Host emulation: runs the megakernel's device code on this thread, one fiber per CUDA thread.
 int det_mk_run_emulated(const det_mk_params* p);

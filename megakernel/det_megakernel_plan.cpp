@@ -108,6 +108,58 @@ int det_mk_check_geometry(const det_mk_geometry* g, const char** why) {
   return DET_MK_OK;
 }
 
+// ---- launch planning ------------------------------------------------------------------------------
+static size_t round_up(size_t x, size_t unit) { return (x + unit - 1) / unit * unit; }
+static int min_int(int a, int b) { return a < b ? a : b; }
+
+int det_mk_blocks_per_sm(const det_mk_device* d, int threads, size_t dyn_smem) {
+  if (threads < 1 || threads > d->kernel_max_threads) return 0;
+  const int warps = (threads + 31) / 32;
+  // Warp slots, and the cap on resident blocks.
+  int blocks = min_int(d->max_threads_per_sm / 32 / warps, d->max_blocks_per_sm);
+  // Registers go to warps in units of 256, from each of an SM's 4 sub-partitions; a block is
+  // checked against the per-block limit as if its warps filled all 4 evenly.
+  const size_t warp_regs = round_up((size_t)d->kernel_regs * 32, 256);
+  if (d->kernel_regs > 255 || warp_regs * round_up((size_t)warps, 4) > (size_t)d->regs_per_block) return 0;
+  if (warp_regs > 0) blocks = min_int(blocks, (int)((size_t)d->regs_per_sm / 4 / warp_regs * 4 / (size_t)warps));
+  // Shared memory: static, the driver's reserve and dynamic, in granules of 128 bytes (256 on 7.x).
+  const size_t smem = round_up(d->kernel_static_smem + d->smem_reserved_per_block + dyn_smem, d->cc_major >= 8 ? 128 : 256);
+  if (smem > d->smem_per_block_optin + d->smem_reserved_per_block) return 0;
+  if (smem > 0) blocks = min_int(blocks, (int)(d->smem_per_sm / smem));
+  return blocks > 0 ? blocks : 0;
+}
+
+int det_mk_plan_geometry(const det_llama_model* m, det_mk_geometry* g, const det_mk_device* d, const char** why) {
+  const int max_warps = d->kernel_max_threads / 32;
+  if (g->warps == 0) g->warps = min_int(8, max_warps);
+  if (g->warps < 1 || g->warps > max_warps)
+    return fail(why, DET_MK_ERR_GEOMETRY, "at most 8 warps per block on the GPU (the kernel's launch bound)");
+  // The dynamic shared memory a block may have: the opt-in maximum less the kernel's static part.
+  const size_t smem_max = d->smem_per_block_optin > d->kernel_static_smem ? d->smem_per_block_optin - d->kernel_static_smem : 0;
+  const bool ring_auto = g->ring == 0, tile_auto = g->tile_rows == 0;
+  if (ring_auto) g->ring = 4;
+  for (;;) {
+    if (tile_auto) {
+      g->tile_rows = DET_MK_ROWS_MAX;
+      while (g->tile_rows > 1 && det_mk_smem_bytes(m, g) > smem_max) g->tile_rows /= 2;
+    }
+    if (!ring_auto || g->ring == 2 || det_mk_smem_bytes(m, g) <= smem_max) break;
+    g->ring = 2;  // not even one row fits beside 4-stage rings (sm_75 and a hidden size over ~12,000)
+  }
+  const int grid_asked = g->grid;
+  if (g->grid == 0) g->grid = 1;  // for the range checks; set below
+  const int rc = det_mk_check_geometry(g, why);
+  if (rc != DET_MK_OK) return rc;
+  const size_t smem = det_mk_smem_bytes(m, g);
+  if (smem > smem_max) return fail(why, DET_MK_ERR_GEOMETRY, "the geometry needs more shared memory than the device has");
+  const int per_sm = det_mk_blocks_per_sm(d, g->warps * 32, smem);
+  if (per_sm < 1) return fail(why, DET_MK_ERR_GEOMETRY, "no block of this geometry fits on a multiprocessor");
+  const int64_t resident = (int64_t)per_sm * d->sm_count;
+  if (grid_asked == 0) g->grid = resident < 65535 ? (int)resident : 65535;
+  if (g->grid > resident) return fail(why, DET_MK_ERR_GEOMETRY, "grid exceeds the blocks that can be resident at once");
+  return DET_MK_OK;
+}
+
 int det_mk_check_program(const det_llama_model* m, const det_mk_program* p, const int32_t* tokens,
                          const int64_t* positions, const int32_t* seq, const uint8_t* want,
                          const int64_t* capacities, const char** why) {

@@ -13,7 +13,9 @@ from Nix, which cannot run here. This script proves the same matrix with what pi
                with build.toml's cuda-flags and `-Xptxas -v` (registers, spills, stack, smem).
 3. audit       every object through cuobjdump -sass / -ptx against the audit rules of
                tests/test_cuda_compile.py (imported, not copied): no approximate PTX, no MUFU
-               transcendental, no float atomics, no tensor-core MMA.
+               transcendental, no float atomics, no tensor-core MMA; the megakernel at most
+               MAX_REGISTERS registers, its grid barriers of the expected shape, and its local-memory
+               instructions (LDL/STL) reported (the CI test holds nvcc 13.0's to a ceiling).
 4. variants    scripts/build_local.py --backend cpu with this venv's torch (torch213 cpu) and
                --backend cuda with torch 2.14.1+cu130 in a separate venv in the cache.
 5. load        each variant through kernels.get_local_kernel(build_dir, backend=...) in a fresh
@@ -93,12 +95,32 @@ def run(cmd, **kw):
     return subprocess.run([str(c) for c in cmd], **kw)
 
 
-def audit_rules():
-    """The audit's regular expressions, from the CI test itself (one definition of the rules)."""
+def audit_module():
+    """The CI test itself, whose rules and SASS readers the audit uses (one definition of each)."""
     sys.path.insert(0, str(ROOT / "tests"))
     import test_cuda_compile
 
-    return test_cuda_compile.FORBIDDEN_PTX, test_cuda_compile.FORBIDDEN_SASS
+    return test_cuda_compile
+
+
+def audit_rules():
+    """The audit's regular expressions, from the CI test itself (one definition of the rules)."""
+    t = audit_module()
+    return t.FORBIDDEN_PTX, t.FORBIDDEN_SASS
+
+
+def ptxas_options(flags):
+    """What nvcc passes on to ptxas from these nvcc flags (as `nvcc --dryrun` shows): the register
+    bound and every -Xptxas option. The ptxas toolchains get them too, so the same rule holds."""
+    out = []
+    for f in flags:
+        m = re.fullmatch(r"--?maxrregcount[= ](\d+)", f)
+        if m:
+            out.append(f"-maxrregcount={m.group(1)}")
+        m = re.fullmatch(r"(?:-Xptxas|--ptxas-options)=(.+)", f)
+        if m:
+            out += m.group(1).split(",")
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- 1
@@ -203,8 +225,21 @@ def audit_object(obj, arch, rules, ptx_text=None):
     bad_sass = sorted(set(forbidden_sass.findall(sass.stdout)))
     bad_ptx = sorted(set(forbidden_ptx.findall(ptx_text)))
     instrs = len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s", sass.stdout, re.M))
+    # Local memory and the grid barrier's shape, over every function of this arch's machine code.
+    t = audit_module()
+    funcs = t.sass_functions(sass.stdout).get(arch, {})
+    ldl = stl = 0
+    barriers, bad_barriers = [], []
+    for code in funcs.values():
+        l, st = t.local_memory_counts(code)
+        ldl, stl = ldl + l, stl + st
+        good, bad = t.grid_barriers(code)
+        barriers, bad_barriers = barriers + good, bad_barriers + bad
+    if bad_barriers:
+        problems.append(f"regions with atomics but not the grid barrier's shape: {sorted(set(bad_barriers))}")
     return {"sass_violations": bad_sass, "ptx_violations": bad_ptx, "problems": problems, "sass_instructions": instrs,
             "int_atomics": sorted(set(re.findall(r"\bATOMG?\.E\.(?:ADD|EXCH)\S*", sass.stdout))),
+            "ldl": ldl, "stl": stl, "grid_barriers": len(barriers),
             "pass": not (bad_sass or bad_ptx or problems)}
 
 
@@ -237,8 +272,8 @@ def compile_and_audit(name, cache, src_root, archs, jobs, rules):
                 ptx.write_text(ptx_text)
                 obj = work / f"{src.stem}.sm_{arch}.cubin"
                 fmad = "false" if "--fmad=false" in flags else "true"
-                r = subprocess.run([str(tool), f"-arch=sm_{arch}", "-m64", "-v", "--fmad", fmad, str(ptx), "-o",
-                                    str(obj)], capture_output=True, text=True)
+                r = subprocess.run([str(tool), f"-arch=sm_{arch}", "-m64", "-v", "--fmad", fmad, *ptxas_options(flags),
+                                    str(ptx), "-o", str(obj)], capture_output=True, text=True)
         else:
             obj = work / f"{src.stem}.sm_{arch}.o"
             r = subprocess.run([str(tool), "-std=c++20", "-O3", *flags, "-gencode",
@@ -253,7 +288,11 @@ def compile_and_audit(name, cache, src_root, archs, jobs, rules):
         rec["entries"], spills = parse_ptxas(r.stderr)
         rec["spill_bytes"] = sum(st + ld for st, ld in spills)
         rec.update(audit_object(obj, arch, rules, ptx_text))
-        rec["pass"] = rec["pass"] and rec["spill_bytes"] == 0 and bool(rec["entries"])
+        # The register margin of tests/test_cuda_compile.py, on every toolchain.
+        limit = audit_module().MAX_REGISTERS
+        rec["over_register_limit"] = [e["function"] for e in rec["entries"] if (e["registers"] or 0) > limit]
+        rec["pass"] = (rec["pass"] and rec["spill_bytes"] == 0 and bool(rec["entries"]) and not rec["over_register_limit"]
+                       and (src.name != "det_megakernel.cu" or rec["grid_barriers"] > 0))
         log(f"{name} sm_{arch} {src.name}: {'ok' if rec['pass'] else 'FAIL'}")
         return rec
 
@@ -362,8 +401,10 @@ def markdown(res):
     lines = [f"Commit {res['commit'][:12]}{' (dirty working tree)' if res['dirty'] else ''}; {res['date']}; "
              f"{res['machine']}.", ""]
     if res["toolchains"]:
-        lines += ["| toolchain | front end | machine code | arch | megakernel regs | stack | static smem | spill bytes (all functions) | "
-                  "math kernels regs (max) | SASS instrs (megakernel) | SASS/PTX audit |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += ["| toolchain | front end | machine code | arch | megakernel regs (limit %d) | stack | static smem | "
+                  "spill bytes (all functions) | math kernels regs (max) | SASS instrs (megakernel) | LDL/STL (megakernel) | "
+                  "grid barriers | SASS/PTX audit |" % audit_module().MAX_REGISTERS,
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for tc in res["toolchains"]:
             for arch in tc["archs"]:
                 recs = [r for r in tc["records"] if r["arch"] == arch]
@@ -377,10 +418,11 @@ def markdown(res):
                     f"{mke[0].get('stack', '-')} B | {max((e.get('smem', 0) for r in recs for e in r.get('entries', [])), default=0)} B | "
                     f"{sum(r.get('spill_bytes', 0) for r in recs)} | "
                     f"{max((e['registers'] for e in (mth or {}).get('entries', [])), default='-')} | "
-                    f"{(mk or {}).get('sass_instructions', '-')} | {'pass' if audit_ok else 'FAIL'} |")
+                    f"{(mk or {}).get('sass_instructions', '-')} | {(mk or {}).get('ldl', '-')}/{(mk or {}).get('stl', '-')} | "
+                    f"{(mk or {}).get('grid_barriers', '-')} | {'pass' if audit_ok else 'FAIL'} |")
             if tc["unsupported"]:
                 lines.append(f"| {tc['toolchain']} | | | {', '.join('sm_' + a for a in tc['unsupported'])} "
-                             f"| not offered by this toolchain | | | | | | |")
+                             f"| not offered by this toolchain | | | | | | | | |")
         lines.append("")
     if res["variants"]:
         lines += ["| variant | built | metadata backend | loads (get_local_kernel, no GPU) | exp(1) | CUDA initialized | "
@@ -399,6 +441,10 @@ def markdown(res):
                if r.get("spill_bytes")]
     if spilled:
         lines.append(f"Spills (the project requires none): {', '.join(spilled)}.")
+    over = [f"{tc['toolchain']} sm_{r['arch']} {r['source']}" for tc in res["toolchains"] for r in tc["records"]
+            if r.get("over_register_limit")]
+    if over:
+        lines.append(f"Registers above {audit_module().MAX_REGISTERS}: {', '.join(over)}.")
     lines.append(f"Overall: {'PASS' if res['pass'] else 'FAIL'}")
     return "\n".join(lines)
 
