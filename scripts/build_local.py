@@ -13,13 +13,19 @@ chosen backend), so this build and kernel-builder's compile the same files the s
 unique id is a hash of every input (sources, flags, torch version, compilers): an unchanged tree
 is not rebuilt. Nix cannot run here, which is why this script exists (docs/SPEC.md §12).
 
-Usage: build_local.py [--backend cpu|cuda] [--out build] [--force]
+Usage: build_local.py [--backend cpu|cuda] [--out build] [--force] [--print-archs]
+
+DET_CUDA_ARCHS (e.g. "9.0", or "8.0,9.0") builds the cuda variant for those compute capabilities
+only, instead of build.toml's list (scripts/device_check.sh builds just the lent GPU's); the
+variant's metadata.json lists what was built, and the choice is part of the unique id. The cuda
+variant also needs nvcc's CUDA major version to equal the one torch was built with.
 """
 import argparse
 import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -81,6 +87,38 @@ def find_nvcc():
     return nvcc if nvcc.exists() else shutil.which("nvcc")
 
 
+def nvcc_cuda_version(nvcc):
+    """(major, minor) of nvcc's CUDA release, from `nvcc --version` ("release 13.0, V13.0.88")."""
+    m = re.search(r"release (\d+)\.(\d+)", tool_version([str(nvcc), "--version"]))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def check_cuda_majors(torch_cuda, nvcc_version):
+    """An error message when nvcc's CUDA major differs from torch's (the extension would link one
+    CUDA runtime and run under another), else None."""
+    if nvcc_version is None:
+        return "cannot read nvcc's CUDA version (`nvcc --version` printed no 'release X.Y')"
+    torch_major = int(torch_cuda.split(".")[0])
+    if nvcc_version[0] != torch_major:
+        return (f"nvcc is CUDA {nvcc_version[0]}.{nvcc_version[1]} but torch was built with CUDA {torch_cuda}: "
+                f"the majors must match (set CUDA_HOME to a CUDA {torch_major}.x toolkit)")
+    return None
+
+
+def cuda_archs(toml_caps):
+    """The compute capabilities to build: DET_CUDA_ARCHS when set (e.g. "9.0" or "8.0,9.0"; commas,
+    semicolons or spaces between), else build.toml's."""
+    raw = os.environ.get("DET_CUDA_ARCHS", "").strip()
+    if not raw:
+        return list(toml_caps)
+    caps = [c for c in re.split(r"[,;\s]+", raw) if c]
+    bad = [c for c in caps if not re.fullmatch(r"\d+\.\d+a?", c)]
+    if bad or not caps:
+        raise SystemExit(f"DET_CUDA_ARCHS={raw!r}: expected compute capabilities such as 9.0 or 8.0,9.0 "
+                         f"(not {', '.join(bad) or 'nothing'})")
+    return list(dict.fromkeys(caps))
+
+
 def variant_name(torch, backend):
     major, minor = torch.__version__.split("+")[0].split(".")[:2]
     abi = "cxx11" if torch._C._GLIBCXX_USE_CXX11_ABI else "cxx98"
@@ -114,7 +152,13 @@ def main():
     ap.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--out", default=str(ROOT / "build"))
     ap.add_argument("--force", action="store_true", help="rebuild even if nothing changed")
+    ap.add_argument("--print-archs", action="store_true",
+                    help="print the compute capabilities the cuda variant would be built for, and exit")
     args = ap.parse_args()
+    if args.print_archs:
+        toml_caps = sources_for(tomllib.loads((ROOT / "build.toml").read_text()), "cuda")[3]
+        print(",".join(cuda_archs(toml_caps)))
+        return
 
     import torch
     from torch.utils.cpp_extension import include_paths, library_paths
@@ -127,7 +171,12 @@ def main():
         nvcc = find_nvcc()
         if torch.version.cuda is None or nvcc is None:
             raise SystemExit("the cuda variant needs a CUDA build of torch and nvcc (CUDA_HOME)")
+        mismatch = check_cuda_majors(torch.version.cuda, nvcc_cuda_version(nvcc))
+        if mismatch:
+            raise SystemExit(f"build_local: {mismatch}")
     srcs, cxx_flags, cuda_flags, caps = sources_for(build, backend)
+    if backend == "cuda":
+        caps = cuda_archs(caps)
 
     # The unique id: every input of the build, hashed.
     h = hashlib.sha256()
@@ -138,6 +187,7 @@ def main():
     h.update(torch.__version__.encode() + tool_version(["c++", "--version"]).encode())
     if nvcc:
         h.update(tool_version([str(nvcc), "--version"]).encode())
+        h.update(("archs:" + ",".join(caps)).encode())
     uid = h.hexdigest()[:10]
     ops_name = f"_{name.replace('-', '_')}_{backend}_{uid}"
 
