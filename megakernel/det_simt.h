@@ -1,20 +1,22 @@
 // det_simt.h: the SIMT portability layer. The megakernel (det_megakernel.cuh) touches CUDA only
-// through these functions, so the same source runs on a GPU (nvcc: the CUDA built-ins below) and
-// on the host under emulation (g++/clang: every CUDA thread a fiber, det_infer_cpu/emu/
-// det_simt_host.cpp). DESIGN.md §2 and docs/SPEC.md §14.
+// through these functions, so the same source compiles for a GPU (nvcc: the CUDA built-ins below)
+// and runs on the host under emulation (g++/clang: every CUDA thread a fiber,
+// det_infer_cpu/emu/det_simt_host.cpp). docs/SPEC.md §14.4.
 //
 // What the kernel may use:
 //   det_lane() det_warp() det_warps() det_block() det_blocks()  thread coordinates (warps of 32)
 //   det_sync_block()   __syncthreads            det_sync_warp()  __syncwarp
-//   det_sync_grid(bar) the grid barrier (integer atomics on the GPU; a rendezvous of every fiber
-//                      on the host); all blocks must be resident (cooperative launch)
+//   det_sync_grid(bar) the grid barrier (integer atomics on the GPU; on the host a rendezvous of
+//                      every fiber, or with DET_SIMT_MODES=threads the GPU's algorithm between OS
+//                      threads); all blocks must be resident (cooperative launch)
 //   det_shfl_down_n(v, n, d) / det_shfl_idx_n(v, n, src)  warp shuffles of n 32-bit values
 //   det_shfl_down_combine_n(v, n, d, f)  v[i] = f(v[i], v[i] of lane + d), all lanes at once
 //   det_smem()         the block's dynamic shared memory
 //   det_load_f32x4(p)  one 16-byte load of 4 floats (p 16-byte aligned)
 //   det_cp_async16 / det_cp_async4 / det_cp_async_commit / det_cp_async_wait<N>  16- and 4-byte
 //                      async copies global -> shared (cp.async on sm_80+, a plain copy before
-//                      sm_80 and on the host)
+//                      sm_80; on the host a plain copy, or deferred to the wait_group with
+//                      DET_SIMT_MODES=async)
 // Every call that synchronizes must be reached by every thread of its scope (warp, block, grid),
 // as on the GPU; the emulator reports a deadlock instead of hanging when one is not.
 #pragma once
@@ -131,10 +133,15 @@ int grid_dim();
 unsigned char* smem();
 void sync_block();
 void sync_warp();
-void sync_grid();
+void sync_grid(unsigned int* bar);
 // Warp exchange: every lane offers n words and receives those of lane src (src_is_delta: lane +
 // src; a lane outside the warp reads its own), as __shfl_down_sync / __shfl_sync do.
 void exchange(uint32_t* words, int n, int src, bool src_is_delta);
+// Deferred async copies (DET_SIMT_MODES=async): nonzero while a launch in that mode runs.
+extern int deferred_async;
+void cp_async(void* smem_dst, const void* gmem_src, int bytes);
+void cp_async_commit();
+void cp_async_wait(int n);
 }  // namespace det_simt_host
 
 DET_DEV int det_lane() { return det_simt_host::thread_idx() & (DET_WARP - 1); }
@@ -146,7 +153,7 @@ DET_DEV int det_block() { return det_simt_host::block_idx(); }
 DET_DEV int det_blocks() { return det_simt_host::grid_dim(); }
 DET_DEV void det_sync_block() { det_simt_host::sync_block(); }
 DET_DEV void det_sync_warp() { det_simt_host::sync_warp(); }
-DET_DEV void det_sync_grid(unsigned int*) { det_simt_host::sync_grid(); }
+DET_DEV void det_sync_grid(unsigned int* bar) { det_simt_host::sync_grid(bar); }
 DET_DEV unsigned char* det_smem() { return det_simt_host::smem(); }
 DET_DEV det_vec_f32x4 det_load_f32x4(const float* p) {
   det_vec_f32x4 v;
@@ -175,11 +182,31 @@ DET_DEV void det_shfl_down_combine_n(T* v, int n, int delta, F f) {
   for (int i = 0; i < n; ++i) v[i] = f(v[i], other[i]);
 }
 
-// Weights are read-only for the whole launch, so an immediate copy is what cp.async delivers.
-DET_DEV void det_cp_async16(void* smem_dst, const void* gmem_src) { memcpy(smem_dst, gmem_src, 16); }
-DET_DEV void det_cp_async4(void* smem_dst, const void* gmem_src) { memcpy(smem_dst, gmem_src, 4); }
-DET_DEV void det_cp_async_commit() {}
+// By default a copy lands at once (weights are read-only for the whole launch). Under
+// DET_SIMT_MODES=async it lands only at the wait_group that covers its group, as cp.async may;
+// until then its destination holds NaN words (det_simt_host.cpp).
+// DET_SIMT_TEST_WAIT_SLACK (a test build's negative control) makes every wait_group N wait as
+// wait_group N + slack would: a kernel that waits for too few groups.
+#ifndef DET_SIMT_TEST_WAIT_SLACK
+#define DET_SIMT_TEST_WAIT_SLACK 0
+#endif
+DET_DEV bool det_simt_deferred_async() {
+  return __atomic_load_n(&det_simt_host::deferred_async, __ATOMIC_RELAXED) != 0;
+}
+DET_DEV void det_cp_async16(void* smem_dst, const void* gmem_src) {
+  if (det_simt_deferred_async()) det_simt_host::cp_async(smem_dst, gmem_src, 16);
+  else memcpy(smem_dst, gmem_src, 16);
+}
+DET_DEV void det_cp_async4(void* smem_dst, const void* gmem_src) {
+  if (det_simt_deferred_async()) det_simt_host::cp_async(smem_dst, gmem_src, 4);
+  else memcpy(smem_dst, gmem_src, 4);
+}
+DET_DEV void det_cp_async_commit() {
+  if (det_simt_deferred_async()) det_simt_host::cp_async_commit();
+}
 template <int N>
-DET_DEV void det_cp_async_wait() {}
+DET_DEV void det_cp_async_wait() {
+  if (det_simt_deferred_async()) det_simt_host::cp_async_wait(N + DET_SIMT_TEST_WAIT_SLACK);
+}
 
 #endif

@@ -4,7 +4,8 @@ every program (interleaved sequences, a prefill across a 128-position chunk, gen
 without returned logits and a stop id) on five small models (dense and nf4 projections, Gemma-3's
 switches) in four geometries and a Gemma-4 layout (per-layer head sizes up to 264, KV sharing,
 per-layer inputs) in two runs clean and equals the engine bit for bit. An out-of-bounds access anywhere on the way
-aborts the run."""
+aborts the run. The emulation's stricter modes (deferred cp.async, poisoned exactly sized shared memory, a thread
+per block under ThreadSanitizer and on aarch64) are tests/test_emulation_modes.py."""
 import shutil
 import subprocess
 

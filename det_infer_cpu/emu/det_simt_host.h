@@ -13,6 +13,9 @@ namespace det_simt_host {
 // order), so every run with one seed is the same schedule and different seeds interleave the
 // threads differently. Returns 0, or -1 when a synchronization can never complete (a deadlock:
 // some thread of the scope did not arrive) or stacks could not be allocated.
+// DET_SIMT_MODES, read at each launch, makes it stricter (det_simt_host.cpp): async (cp.async
+// deferred to its wait_group), smem (exactly sized, NaN-filled shared memory), threads (an OS
+// thread per block and the GPU's atomic grid barrier), strict (all three).
 int launch(int grid, int block, size_t smem_bytes, uint64_t seed, void (*kernel)(void*), void* arg);
 
 }  // namespace det_simt_host

@@ -2,7 +2,19 @@
 // kernel (each thread writes a value, then reads another warp's) runs under 8 fiber schedules with
 // and without the barrier between the phases; prints the number of distinct results of each, then
 // "deadlock" if a kernel whose thread 0 skips a block barrier is reported instead of hanging.
+//
+// With an argument, one of the negative controls of the stricter modes (DET_SIMT_MODES, set by the
+// caller; tests/test_emulation_modes.py):
+//   ring DEPTH SLACK   a weight ring as det_mk_gemv streams it (cp.async 16 bytes per lane, DEPTH
+//                      stages, wait_group DEPTH - 1 + SLACK): prints "ring ok" or "ring mismatch"
+//   overrun            reads the byte just past the block's shared memory: prints "overrun read"
+//   unwritten          reads shared memory no thread wrote: prints "unwritten zero" or "unwritten nan"
+//   grid SEEDS         the two-phase kernel across 3 blocks with its grid barrier, SEEDS schedules:
+//                      prints "grid ok" when every thread read what the other block wrote
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <set>
 #include <vector>
@@ -39,9 +51,117 @@ size_t distinct_results(bool barrier) {
   return seen.size();
 }
 
+// ---- negative controls of the stricter modes --------------------------------------------------
+struct Ring {
+  std::vector<float> src, out;
+  int depth, slack;
+};
+constexpr int kRingSteps = 12;
+
+// Each lane streams kRingSteps 16-byte chunks through its slots of the warp's ring, as det_mk_gemv
+// does, and sums them; with slack 1 it waits for one group too few.
+template <int Wait>
+void ring_stream(Ring& a) {
+  const int lane = det_lane(), gw = det_block() * det_warps() + det_warp(), depth = a.depth;
+  det_vec_u32x4* ring = (det_vec_u32x4*)det_smem() + det_warp() * depth * DET_WARP;
+  const float* src = a.src.data() + (size_t)gw * kRingSteps * DET_WARP * 4;
+  int issued = 0;
+  auto issue = [&]() {
+    if (issued < kRingSteps)
+      det_cp_async16(&ring[(issued % depth) * DET_WARP + lane], src + (issued * DET_WARP + lane) * 4);
+    ++issued;
+    det_cp_async_commit();
+  };
+  for (int f = 0; f < depth - 1; ++f) issue();
+  float acc = 0.0f;
+  for (int f = 0; f < kRingSteps; ++f) {
+    issue();
+    det_cp_async_wait<Wait>();
+    det_vec_f32x4 v;
+    memcpy(&v, &ring[(f % depth) * DET_WARP + lane], sizeof v);
+    acc = acc + v.x + v.y + v.z + v.w;
+  }
+  a.out[(size_t)gw * DET_WARP + lane] = acc;
+}
+
+void ring_kernel(void* p) {
+  Ring& a = *(Ring*)p;
+  const int w = a.depth - 1 + a.slack;
+  if (w == 1) ring_stream<1>(a);
+  else if (w == 2) ring_stream<2>(a);
+  else if (w == 3) ring_stream<3>(a);
+  else ring_stream<4>(a);
+}
+
+bool ring_ok(int depth, int slack) {
+  const int grid = 2, block = 64, warps = grid * block / DET_WARP;
+  Ring a{std::vector<float>((size_t)warps * kRingSteps * DET_WARP * 4), std::vector<float>(grid * block), depth, slack};
+  for (size_t i = 0; i < a.src.size(); ++i) a.src[i] = (float)(i % 97) * 0.25f;
+  const size_t smem = (size_t)(block / DET_WARP) * depth * DET_WARP * 16;
+  if (det_simt_host::launch(grid, block, smem, 3, ring_kernel, &a) != 0) return false;
+  for (int gw = 0; gw < warps; ++gw)
+    for (int lane = 0; lane < DET_WARP; ++lane) {
+      float want = 0.0f;
+      for (int f = 0; f < kRingSteps; ++f)
+        for (int i = 0; i < 4; ++i) want = want + a.src[(((size_t)gw * kRingSteps + f) * DET_WARP + lane) * 4 + i];
+      if (a.out[(size_t)gw * DET_WARP + lane] != want) return false;
+    }
+  return true;
+}
+
+struct Smem {
+  size_t bytes;
+  std::vector<unsigned> seen;
+};
+
+void overrun_kernel(void* p) {
+  Smem& a = *(Smem*)p;
+  if (det_thread() == 0) a.seen[det_block()] = ((volatile unsigned char*)det_smem())[a.bytes];
+  det_sync_block();
+}
+
+void unwritten_kernel(void* p) {
+  Smem& a = *(Smem*)p;
+  float v;
+  memcpy(&v, det_smem() + 4 * det_thread(), 4);
+  a.seen[det_block() * det_threads() + det_thread()] = isnan(v) ? 2u : v == 0.0f ? 0u : 1u;
+}
+
+bool grid_ok(int seeds) {
+  for (uint64_t seed = 1; seed <= (uint64_t)seeds; ++seed) {
+    Args a{std::vector<unsigned>(3 * 64), std::vector<unsigned>(3 * 64), true};
+    if (det_simt_host::launch(3, 64, 0, seed, two_phase, &a) != 0) return false;
+    for (int g = 0; g < 3 * 64; ++g)
+      if (a.out[g] != 1000u + (unsigned)((g + 37) % (3 * 64)) * 7u) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc >= 4 && strcmp(argv[1], "ring") == 0) {
+    printf("ring %s\n", ring_ok(atoi(argv[2]), atoi(argv[3])) ? "ok" : "mismatch");
+    return 0;
+  }
+  if (argc >= 2 && strcmp(argv[1], "overrun") == 0) {
+    Smem a{40, std::vector<unsigned>(2)};
+    if (det_simt_host::launch(2, 32, a.bytes, 5, overrun_kernel, &a) != 0) return 1;
+    printf("overrun read\n");  // not reached under AddressSanitizer with DET_SIMT_MODES=smem
+    return 0;
+  }
+  if (argc >= 2 && strcmp(argv[1], "unwritten") == 0) {
+    Smem a{256, std::vector<unsigned>(2 * 64)};
+    if (det_simt_host::launch(2, 64, a.bytes, 5, unwritten_kernel, &a) != 0) return 1;
+    std::set<unsigned> kinds(a.seen.begin(), a.seen.end());
+    const char* what = kinds == std::set<unsigned>{0u} ? "zero" : kinds == std::set<unsigned>{2u} ? "nan" : "mixed";
+    printf("unwritten %s\n", what);
+    return 0;
+  }
+  if (argc >= 3 && strcmp(argv[1], "grid") == 0) {
+    printf("grid %s\n", grid_ok(atoi(argv[2])) ? "ok" : "wrong");
+    return 0;
+  }
   printf("%zu %zu %s\n", distinct_results(true), distinct_results(false),
          det_simt_host::launch(1, 32, 0, 1, skips_barrier, nullptr) != 0 ? "deadlock" : "no-deadlock");
   return 0;
