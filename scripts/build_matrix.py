@@ -175,19 +175,10 @@ def supported_archs(tool):
 
 # ---------------------------------------------------------------------------------------------- 2
 def parse_ptxas(log_text):
-    """Entry functions' resources and the spills of every function from `ptxas -v` output."""
-    entries = []
-    for m in re.finditer(r"Compiling entry function '(\w+)' for 'sm_(\d+)'\n(.*?)(?=ptxas info\s+: Compiling|\Z)",
-                         log_text, re.S):
-        body = m.group(3)
-        used = re.search(r"Used (\d+) registers", body)
-        frame = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", body)
-        smem = re.search(r"(\d+) bytes smem", body)
-        entries.append({"function": m.group(1), "arch": m.group(2), "registers": int(used.group(1)) if used else None,
-                        "stack": int(frame.group(1)) if frame else None,
-                        "spill_stores": int(frame.group(2)) if frame else None,
-                        "spill_loads": int(frame.group(3)) if frame else None,
-                        "smem": int(smem.group(1)) if smem else 0})
+    """Entry functions' resources (read by the CI test's own reader) and the spills of every
+    function from `ptxas -v` output."""
+    entries = [{"function": fn, "arch": arch, **res}
+               for (fn, arch), res in audit_module().ptxas_entries(log_text).items()]
     spills = [(int(s), int(l)) for s, l in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log_text)]
     return entries, spills
 

@@ -97,6 +97,19 @@ def test_real_model_teacher_forced_digest(di, tmp_root, name):
     assert logits_digest(mm.teacher_forced_logits(teacher[:N_TEACHER])) == MODEL_DIGESTS[name]["teacher_forced"]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["smollm2", "gemma3-270m"])
+def test_real_model_generation_digest(di, tmp_root, name):
+    """The real models' 64-step generation digests under emulation: minutes each on two cores, so
+    opt-in (`pytest -m slow`); CI runs their teacher-forced digests above."""
+    directory = model_dir(name, tmp_root)
+    mm = di.MegaModel.from_pretrained(directory, max_context=512, executor="emulated",
+                                      geometry=geometry((3, 2, 4, 16, 99)))
+    _, prompt = inputs_for(name, directory, mm.config.vocab_size)
+    tokens, logits = mm.generate(prompt, max_new=N_GEN, return_logits=True)
+    assert generation_digest(tokens, logits) == MODEL_DIGESTS[name]["generation"]
+
+
 # ---- bad input -----------------------------------------------------------------------------------
 def test_bad_geometry_and_executor(di, tmp_root):
     directory = model_dir("llama", tmp_root)
