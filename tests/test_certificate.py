@@ -175,6 +175,9 @@ def test_verify_transcript(di, setup, mode):
     assert check(tokens) == {"match": True, "steps": N, "first_divergence": None, "field": None,
                              "detail": f"all {N} steps equal"}
     assert check(torch.tensor(tokens))["match"] and check(tokens, max_new=N)["match"]
+    encoded = {"input_ids": prompt, "attention_mask": [1] * len(prompt)}  # a tokenizer's output
+    assert di.certificate.verify_transcript(mm, encoded, tokens, **params)["match"]
+    assert di.certificate.make(mm, encoded, N, **params)["chain"] == certs[mode]["chain"]
     assert check(tokens[:10])["match"]  # without max_new, a prefix is what a smaller max_new gives
     r = check(tokens[:10], max_new=N)
     assert r["field"] == "tokens" and r["first_divergence"] == 10 and "continues" in r["detail"]

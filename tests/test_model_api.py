@@ -173,6 +173,7 @@ def test_reset_and_fork(mm):
         (lambda m: m.decode_step(10**6, 0), ValueError, "outside the vocabulary"),
         (lambda m: m.extend([1] * 9, m.new_state(8)), ValueError, "do not fit"),
         (lambda m: m.new_state(10**9), ValueError, "exceed max_context"),
+        (lambda m: m.new_state(0), ValueError, "capacity must be a positive int"),
     ],
 )
 def test_bad_input_is_a_clear_error_and_the_model_stays_usable(mm, call, exc, message):

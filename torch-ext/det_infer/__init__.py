@@ -1,6 +1,6 @@
-"""det-infer: bit-exact LLM inference, the same fp32 logits on every CPU and toolchain, and on
-every GPU by construction (the CUDA megakernel is built and audited for it; docs/RESULTS.md §9
-records whether it has been run on one).
+"""det-infer: bit-exact LLM inference, the same fp32 logits on every CPU and toolchain tested. The
+CUDA megakernel is built and audited to give the same bits on sm_75 to sm_120, but has not yet run
+on a GPU (docs/RESULTS.md §9 will record the first run).
 
 Load it as a Hugging Face kernel:
 

@@ -186,6 +186,7 @@ def make(mm, prompt_ids, max_new, stop_ids=None, **sampling):
     unknown = set(sampling) - set(SAMPLING_FIELDS)
     if unknown:
         raise TypeError(f"det-infer: unknown sampling keyword(s) {sorted(unknown)}; known: {SAMPLING_FIELDS}")
+    prompt_ids = mm._ids(prompt_ids)  # a list, tensor or tokenizer output, checked against the vocabulary
     tokens, logits = mm.generate(prompt_ids, max_new=max_new, stop_ids=stop_ids, return_logits=True, **sampling)
     generation = {"mode": "greedy", "max_new": int(max_new), "stop_ids": [int(s) for s in (stop_ids or [])]}
     if sampling.get("temperature", 0.0) > 0:
@@ -418,6 +419,8 @@ def verify_transcript(mm, prompt_ids, tokens, temperature=0.0, top_k=0, top_p=1.
     max_new, exactly as many as generation yields (without it, any length that ends at a stop id or
     before one). Returns verify's result dict; field is "tokens" on a mismatch."""
     ids = lambda v: v.tolist() if isinstance(v, torch.Tensor) else list(v) if isinstance(v, tuple) else v
+    if hasattr(prompt_ids, "keys") and "input_ids" in prompt_ids:  # a tokenizer's output
+        prompt_ids = prompt_ids["input_ids"]
     args = load_transcript({"prompt_ids": ids(prompt_ids), "tokens": ids(tokens), "stop_ids": ids(stop_ids),
                             "max_new": max_new, "temperature": temperature, "top_k": top_k, "top_p": top_p,
                             "min_p": min_p, "seed": seed})

@@ -1,8 +1,9 @@
-"""The contract functions as tensor ops: the same bits on the CPU engine and, by construction (the
-CUDA build is compiled and audited for it), on any GPU.
+"""The contract functions as tensor ops: the same bits as the CPU engine computes, and, by
+construction, as the CUDA build (compiled and audited for it; not yet run on a GPU).
 
-Each function takes a contiguous tensor (fp32, or fp64 angles for `sincos`) on the CPU or, in a
-CUDA build, on a GPU, and returns a new fp32 tensor. docs/SPEC.md defines every operation.
+Each function takes a contiguous tensor (fp32, or fp64 angles for `sincos`) and returns a new fp32
+tensor; the elementwise functions and `sincos` also take CUDA tensors in a CUDA build, while `gemv`,
+`row_sum` and `argmax` (the reference orders) take CPU tensors only. docs/SPEC.md defines every operation.
 """
 import torch
 

@@ -12,7 +12,7 @@ the same bits alone or in a batch, prefilled at once or token by token, in one c
 and on every executor:
     "engine"      the CPU engine (device="cpu", the default there)
     "megakernel"  the CUDA megakernel (device="cuda", the only one there; built and audited to give
-                  these bits; docs/RESULTS.md §9 lists its GPU runs)
+                  these bits; not yet run on a GPU, see docs/RESULTS.md §9)
     "emulated"    the megakernel's device code on the CPU under SIMT emulation (device="cpu"; slow,
                   for verification without a GPU); geometry= sets its launch shape
 """
@@ -163,7 +163,7 @@ class MegaModel:
         self._scales = scales  # nf4 absmax per weight (empty tensors for dense ones), or [] (names.py)
         self._cfg_ints = config.engine_ints()
         limit = min(config.max_position_embeddings, MAX_POSITIONS)
-        self.max_context = min(max_context or DEFAULT_MAX_CONTEXT, limit)
+        self.max_context = min(DEFAULT_MAX_CONTEXT if max_context is None else max_context, limit)
         if self.max_context < 1:
             raise ValueError(f"det-infer: max_context must be positive, got {max_context}")
         self._state = None
@@ -269,7 +269,9 @@ class MegaModel:
         return KVState(self.config, capacity, self.device)
 
     def new_state(self, capacity=None) -> KVState:
-        capacity = capacity or self.max_context
+        capacity = self.max_context if capacity is None else capacity
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"det-infer: a state's capacity must be a positive int, got {capacity!r}")
         self._check_length(capacity)
         return self._new_kv(capacity)
 
