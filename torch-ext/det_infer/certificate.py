@@ -419,9 +419,9 @@ def verify_transcript(mm, prompt_ids, tokens, temperature=0.0, top_k=0, top_p=1.
     max_new, exactly as many as generation yields (without it, any length that ends at a stop id or
     before one). Returns verify's result dict; field is "tokens" on a mismatch."""
     ids = lambda v: v.tolist() if isinstance(v, torch.Tensor) else list(v) if isinstance(v, tuple) else v
-    if hasattr(prompt_ids, "keys") and "input_ids" in prompt_ids:  # a tokenizer's output
-        prompt_ids = prompt_ids["input_ids"]
-    args = load_transcript({"prompt_ids": ids(prompt_ids), "tokens": ids(tokens), "stop_ids": ids(stop_ids),
+    from .model import unwrap_encoding
+
+    args = load_transcript({"prompt_ids": ids(unwrap_encoding(prompt_ids)), "tokens": ids(tokens), "stop_ids": ids(stop_ids),
                             "max_new": max_new, "temperature": temperature, "top_k": top_k, "top_p": top_p,
                             "min_p": min_p, "seed": seed})
     sampling = {k: args[k] for k in SAMPLING_FIELDS}

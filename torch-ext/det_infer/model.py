@@ -38,6 +38,11 @@ MAX_POSITIONS = 1_000_000  # the rope reduction's validated bound (docs/SPEC.md 
 DEFAULT_MAX_CONTEXT = 4096
 
 
+def unwrap_encoding(ids):
+    """A tokenizer's output (a BatchEncoding or dict) as its input_ids; anything else as it is."""
+    return ids["input_ids"] if hasattr(ids, "keys") and "input_ids" in ids else ids
+
+
 class KVState:
     """One sequence's KV cache: a (2, capacity, floats per position) fp32 tensor (each position holds
     the keys, and the values, of every layer that computes its own, one after the other) and the
@@ -225,8 +230,7 @@ class MegaModel:
     def _ids(self, ids, what="prompt"):
         if isinstance(ids, (str, bytes)):
             raise TypeError(f"det-infer: {what} must be a sequence of token ids, not a string (tokenize it first)")
-        if hasattr(ids, "keys") and "input_ids" in ids:  # a tokenizer's output (BatchEncoding or dict)
-            ids = ids["input_ids"]
+        ids = unwrap_encoding(ids)
         if isinstance(ids, torch.Tensor):
             if ids.dim() != 1 or ids.dtype not in (torch.int32, torch.int64):
                 raise TypeError(f"det-infer: {what} must be a 1-d integer tensor or a list of ints")
