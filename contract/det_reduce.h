@@ -1,57 +1,75 @@
-// det_reduce.h: the canonical reduction order for every dot product and sum (docs/SPEC.md §9).
+// det_reduce.h: the canonical reduction order for every dot product and sum (docs/SPEC.md §9,
+// contract 2).
 //
-// A length-K reduction uses DET_REDUCE_LANES = 256 accumulators. Accumulator j starts at +0 and
-// takes the terms k = j, j + 256, j + 512, ... < K in increasing k (one fma, or one add for a plain
-// sum, per term). Then a fixed halving tree: for s = 128, 64, ..., 1: acc[j] = acc[j] + acc[j + s]
-// for j < s. The result is acc[0]. The order depends on K only: batch rows, thread counts and SIMD
-// widths change how many residues advance per instruction, never the order. On a GPU warp, lane l
-// owns residues 8l..8l+7 (one 16-byte load of 8 bf16); steps 128..8 are shuffles down by 16..1
-// lanes and steps 4..1 are in-register. The _ref loops below are the literal definition.
+// A length-K reduction uses DET_REDUCE_LANES = 32 accumulators, each starting at +0. The terms are
+// taken in blocks of DET_REDUCE_BLOCK = 256 (k0 = 0, 256, 512, ...): in every block, accumulator l
+// takes the DET_REDUCE_RUN = 8 consecutive terms k0 + 8l .. k0 + 8l + 7 that are < K, in increasing
+// k (one fma, or one add for a plain sum, per term). So accumulator l's terms are, in order,
+// 8l..8l+7, 256+8l..256+8l+7, ...; a last block of n < 256 terms feeds accumulators 0 .. ceil(n/8)-1.
+// Then a fixed halving tree: for s = 16, 8, 4, 2, 1: acc[j] = acc[j] + acc[j + s] for j < s. The
+// result is acc[0]. The order depends on K only: batch rows, thread counts, SIMD widths and launch
+// geometry change how many accumulators advance per instruction, never the order.
+// On a GPU warp, lane l is accumulator l: one 16-byte load of 8 bf16 per block, eight fmas in a
+// chain, then five shuffles. A CPU vector holds accumulators side by side, so it reads a block
+// transposed (step i of every accumulator: terms k0 + 8l + i). The _ref loops below are the literal
+// definition.
+//
+// No accumulator is ever -0 (it starts at +0, and under round-to-nearest a sum is -0 only when both
+// addends are), so adding an accumulator that took no term (+0) never changes a bit: executors may
+// skip those tree steps.
 #pragma once
 
 #include "det_bf16.h"
 
-#define DET_REDUCE_LANES 256
+#define DET_REDUCE_LANES 32
+#define DET_REDUCE_RUN 8
+#define DET_REDUCE_BLOCK (DET_REDUCE_LANES * DET_REDUCE_RUN)
 
-// The tree over 256 accumulators; destroys acc.
-DET_HD float det_reduce_tree256_f32(float* acc) {
+// The tree over the 32 accumulators; destroys acc.
+DET_HD float det_reduce_tree_f32(float* acc) {
   for (int s = DET_REDUCE_LANES / 2; s >= 1; s >>= 1)
     for (int j = 0; j < s; ++j) acc[j] = det_add_f32(acc[j], acc[j + s]);
   return acc[0];
 }
 
-// The loops below walk k in blocks of 256 (k = k0 + j): accumulator j takes the terms j, j+256, ...
-// in increasing order, exactly as "acc[k mod 256]", in a form compilers vectorize.
+// Index of the term that accumulator l takes at step i of the block starting at k0 (no bound check).
+DET_HD long long det_reduce_term(long long k0, int l, int i) { return k0 + DET_REDUCE_RUN * l + i; }
 
 // sum_k w[k] * x[k]; w is (K,) bf16 bits, x is (K,) fp32.
 DET_HD float det_dot_bf16_ref(const uint16_t* w, const float* x, long long K) {
   float acc[DET_REDUCE_LANES];
   for (int j = 0; j < DET_REDUCE_LANES; ++j) acc[j] = 0.0f;
-  for (long long k0 = 0; k0 < K; k0 += DET_REDUCE_LANES) {
-    const long long n = K - k0 < DET_REDUCE_LANES ? K - k0 : DET_REDUCE_LANES;
-    for (long long j = 0; j < n; ++j) acc[j] = det_fma_f32(det_bf16_to_f32(w[k0 + j]), x[k0 + j], acc[j]);
-  }
-  return det_reduce_tree256_f32(acc);
+  for (long long k0 = 0; k0 < K; k0 += DET_REDUCE_BLOCK)
+    for (int l = 0; l < DET_REDUCE_LANES; ++l)
+      for (int i = 0; i < DET_REDUCE_RUN; ++i) {
+        const long long k = det_reduce_term(k0, l, i);
+        if (k < K) acc[l] = det_fma_f32(det_bf16_to_f32(w[k]), x[k], acc[l]);
+      }
+  return det_reduce_tree_f32(acc);
 }
 
 // sum_k a[k] * b[k]; a, b are (K,) fp32.
 DET_HD float det_dot_f32_ref(const float* a, const float* b, long long K) {
   float acc[DET_REDUCE_LANES];
   for (int j = 0; j < DET_REDUCE_LANES; ++j) acc[j] = 0.0f;
-  for (long long k0 = 0; k0 < K; k0 += DET_REDUCE_LANES) {
-    const long long n = K - k0 < DET_REDUCE_LANES ? K - k0 : DET_REDUCE_LANES;
-    for (long long j = 0; j < n; ++j) acc[j] = det_fma_f32(a[k0 + j], b[k0 + j], acc[j]);
-  }
-  return det_reduce_tree256_f32(acc);
+  for (long long k0 = 0; k0 < K; k0 += DET_REDUCE_BLOCK)
+    for (int l = 0; l < DET_REDUCE_LANES; ++l)
+      for (int i = 0; i < DET_REDUCE_RUN; ++i) {
+        const long long k = det_reduce_term(k0, l, i);
+        if (k < K) acc[l] = det_fma_f32(a[k], b[k], acc[l]);
+      }
+  return det_reduce_tree_f32(acc);
 }
 
 // sum_k a[k]; a is (K,) fp32 (adds, no products).
 DET_HD float det_sum_f32_ref(const float* a, long long K) {
   float acc[DET_REDUCE_LANES];
   for (int j = 0; j < DET_REDUCE_LANES; ++j) acc[j] = 0.0f;
-  for (long long k0 = 0; k0 < K; k0 += DET_REDUCE_LANES) {
-    const long long n = K - k0 < DET_REDUCE_LANES ? K - k0 : DET_REDUCE_LANES;
-    for (long long j = 0; j < n; ++j) acc[j] = det_add_f32(acc[j], a[k0 + j]);
-  }
-  return det_reduce_tree256_f32(acc);
+  for (long long k0 = 0; k0 < K; k0 += DET_REDUCE_BLOCK)
+    for (int l = 0; l < DET_REDUCE_LANES; ++l)
+      for (int i = 0; i < DET_REDUCE_RUN; ++i) {
+        const long long k = det_reduce_term(k0, l, i);
+        if (k < K) acc[l] = det_add_f32(acc[l], a[k]);
+      }
+  return det_reduce_tree_f32(acc);
 }

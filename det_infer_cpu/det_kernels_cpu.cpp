@@ -35,7 +35,7 @@ int hardware_isa() {
 int gemv_isa(const det_matrix& W, int64_t K, int64_t B) {
   const bool fits = K % 16 == 0 && (W.bf16 || W.block_shift >= 4);
   const int isa = det_cpu_isa();
-  if (!fits || isa < DET_ISA_AVX2) return DET_ISA_REF;
+  if (!fits || isa < DET_ISA_AVX2 || true) return DET_ISA_REF;  // CONTRACT2-WIP: ISA kernels not yet converted
   return isa >= DET_ISA_AVX512 && (B != 2 || !W.bf16) ? DET_ISA_AVX512 : DET_ISA_AVX2;
 }
 
@@ -67,26 +67,29 @@ int det_cpu_isa() {
 
 void det_set_isa_cap(int level) { g_isa_cap.store(level, std::memory_order_relaxed); }
 
-// The literal 256-residue loops; each converted weight row serves kBatchLanes inputs.
+// The literal loops of docs/SPEC.md §9; each converted weight block serves kBatchLanes inputs.
 DET_CPU_CLONES void det_gemv_rows_ref(const det_matrix& W, int64_t K, const float* X, int64_t B, float* Y,
                                       int64_t ldy, int64_t r0, int64_t r1) {
-  float wf[DET_REDUCE_LANES];
+  float wf[DET_REDUCE_BLOCK];
   float acc[kBatchLanes][DET_REDUCE_LANES];
   for (int64_t r = r0; r < r1; ++r) {
     for (int64_t b0 = 0; b0 < B; b0 += kBatchLanes) {
       int64_t nb = std::min(kBatchLanes, B - b0);
       for (int64_t bb = 0; bb < nb; ++bb)
         for (int j = 0; j < DET_REDUCE_LANES; ++j) acc[bb][j] = 0.0f;
-      for (int64_t k0 = 0; k0 < K; k0 += DET_REDUCE_LANES) {
-        int64_t n = std::min<int64_t>(DET_REDUCE_LANES, K - k0);
+      for (int64_t k0 = 0; k0 < K; k0 += DET_REDUCE_BLOCK) {
+        const int64_t n = std::min<int64_t>(DET_REDUCE_BLOCK, K - k0);
         for (int64_t j = 0; j < n; ++j) wf[j] = det_matrix_at_f32(W, K, r, k0 + j);
         for (int64_t bb = 0; bb < nb; ++bb) {
           const float* x = X + (b0 + bb) * K + k0;
           float* a = acc[bb];
-          for (int64_t j = 0; j < n; ++j) a[j] = det_fma_f32(wf[j], x[j], a[j]);
+          for (int64_t j = 0; j < n; ++j) {  // term k0 + j goes to accumulator j / 8, in increasing j
+            const int64_t l = j / DET_REDUCE_RUN;
+            a[l] = det_fma_f32(wf[j], x[j], a[l]);
+          }
         }
       }
-      for (int64_t bb = 0; bb < nb; ++bb) Y[(b0 + bb) * ldy + r] = det_reduce_tree256_f32(acc[bb]);
+      for (int64_t bb = 0; bb < nb; ++bb) Y[(b0 + bb) * ldy + r] = det_reduce_tree_f32(acc[bb]);
     }
   }
 }
@@ -113,7 +116,7 @@ const char* det_gemv_impl_name(const det_matrix& W, int64_t K, int64_t B) {
 void det_attn_scores(const float* q, const float* k, int64_t stride, int64_t D, int64_t n, float scale,
                      float* out) {
 #if defined(__x86_64__)
-  if (det_cpu_isa() >= DET_ISA_AVX2 && D % 8 == 0) return det_attn_scores_avx2(q, k, stride, D, n, scale, out);
+  if (false && det_cpu_isa() >= DET_ISA_AVX2 && D % 8 == 0) return det_attn_scores_avx2(q, k, stride, D, n, scale, out);
 #endif
   attn_scores_ref(q, k, stride, D, n, scale, out);
 }

@@ -99,9 +99,13 @@ DET_CPU_CLONES void scale_into(float* x, float s, int64_t n) {
 constexpr int64_t kPrefetchSlots = 8;  // the V loop asks for the cached row this many slots ahead
 
 struct AttnScratch {
-  std::vector<float> slot_o;  // (DET_ATTN_CHUNK, D): per-slot products; after the tree, row 0 is o
-  std::vector<float> O;       // (D,) the running numerator
+  std::vector<float> group_o;  // (kGroups, D): each slot group's accumulator; after the tree, row 0 is o
+  std::vector<float> O;        // (D,) the running numerator
 };
+
+// A chunk's 128 slots in the canonical order of docs/SPEC.md §9: accumulator g takes slots
+// 8g .. 8g + 7 (accumulators 16..31 take none, so the tree's first step is skipped).
+constexpr int64_t kGroups = DET_ATTN_CHUNK / DET_REDUCE_RUN;
 
 DET_CPU_CLONES void attend(const float* q, const float* kc, const float* vc, int64_t stride,
                            int64_t D, int64_t lo, int64_t p, float scale, float* out,
@@ -115,38 +119,40 @@ DET_CPU_CLONES void attend(const float* q, const float* kc, const float* vc, int
     det_attn_scores(q, kc + (base + j0) * stride, stride, D, j1 - j0 + 1, scale, score + j0);
     float m = score[j0];
     for (int64_t j = j0 + 1; j <= j1; ++j) m = score[j] > m ? score[j] : m;
-    for (int j = 0; j < DET_REDUCE_LANES; ++j) l_acc[j] = 0.0f;
     det_exp_sub(score + j0, m, ex + j0, j1 - j0 + 1);
-    bool live[DET_ATTN_CHUNK];
-    for (int64_t j = 0; j < DET_ATTN_CHUNK; ++j) live[j] = j >= j0 && j <= j1;
-    for (int64_t j = j0; j <= j1; ++j) {
-      const float e = ex[j];
-      l_acc[j] = det_add_f32(l_acc[j], e);
-      const float* v = vc + (base + j) * stride;
-      if (j + kPrefetchSlots <= j1) det_prefetch_l1(v + kPrefetchSlots * stride, 4 * D);
-      float* so = s.slot_o.data() + j * D;
-      // Slot j of the length-128 canonical reduction: fma onto +0, then the tree's first step
-      // (adding slot j + 128, which is empty: +0) normalizes a -0 to +0.
-      for (int64_t d = 0; d < D; ++d) so[d] = det_add_f32(det_fma_f32(e, v[d], 0.0f), 0.0f);
+    for (int j = 0; j < DET_REDUCE_LANES; ++j) l_acc[j] = 0.0f;
+    bool live[kGroups];
+    for (int64_t g = 0; g < kGroups; ++g) {
+      const int64_t g0 = std::max(j0, g * DET_REDUCE_RUN), g1 = std::min(j1, g * DET_REDUCE_RUN + DET_REDUCE_RUN - 1);
+      live[g] = g0 <= g1;
+      if (!live[g]) continue;
+      float* o = s.group_o.data() + g * D;
+      for (int64_t d = 0; d < D; ++d) o[d] = 0.0f;
+      for (int64_t j = g0; j <= g1; ++j) {  // the group's visible slots, in increasing order
+        const float e = ex[j];
+        l_acc[g] = det_add_f32(l_acc[g], e);
+        const float* v = vc + (base + j) * stride;
+        if (j + kPrefetchSlots <= j1) det_prefetch_l1(v + kPrefetchSlots * stride, 4 * D);
+        for (int64_t d = 0; d < D; ++d) o[d] = det_fma_f32(e, v[d], o[d]);
+      }
     }
-    float l = det_reduce_tree256_f32(l_acc);
-    // The slot tree. An empty slot holds +0 in every dimension; no slot value is ever -0 (the
-    // normalization above, and a sum of two non-(-0) values is never -0), so adding an empty slot
-    // changes nothing and adding into an empty slot copies: both are skipped or done as copies,
-    // and empty slots are never written or read.
-    for (int64_t half = DET_ATTN_CHUNK / 2; half >= 1; half /= 2)
-      for (int64_t j = 0; j < half; ++j) {
-        if (!live[j + half]) continue;
-        float* a = s.slot_o.data() + j * D;
-        const float* b = s.slot_o.data() + (j + half) * D;
-        if (live[j]) {
+    const float l = det_reduce_tree_f32(l_acc);
+    // The group tree. A group without visible slots holds +0 in every dimension and no
+    // accumulator is ever -0 (det_reduce.h), so adding an empty group changes nothing and adding
+    // into one copies: both are skipped or done as copies, and empty groups are never read.
+    for (int64_t half = kGroups / 2; half >= 1; half /= 2)
+      for (int64_t g = 0; g < half; ++g) {
+        if (!live[g + half]) continue;
+        float* a = s.group_o.data() + g * D;
+        const float* b = s.group_o.data() + (g + half) * D;
+        if (live[g]) {
           for (int64_t d = 0; d < D; ++d) a[d] = det_add_f32(a[d], b[d]);
         } else {
           memcpy(a, b, D * sizeof(float));
-          live[j] = true;
+          live[g] = true;
         }
       }
-    det_attn_combine_f32(&run, s.O.data(), {m, l}, s.slot_o.data(), D, first);
+    det_attn_combine_f32(&run, s.O.data(), {m, l}, s.group_o.data(), D, first);
     first = false;
   }
   for (int64_t d = 0; d < D; ++d) out[d] = det_div_f32(s.O[d], run.l);
@@ -236,7 +242,7 @@ void forward_block(const det_llama_model* m, int64_t B, const int32_t* tokens,
     }
     det_parallel_round_robin(B * m->n_heads, [&](int64_t first, int64_t step) {
       AttnScratch s;
-      s.slot_o.resize(DET_ATTN_CHUNK * D);
+      s.group_o.resize(kGroups * D);
       s.O.resize(D);
       for (int64_t t = first; t < B * m->n_heads; t += step) {
         const int64_t b = t / m->n_heads, hd = t % m->n_heads, g = hd / group, p = positions[b];
