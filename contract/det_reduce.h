@@ -14,9 +14,12 @@
 // transposed (step i of every accumulator: terms k0 + 8l + i). The _ref loops below are the literal
 // definition.
 //
-// No accumulator is ever -0 (it starts at +0, and under round-to-nearest a sum is -0 only when both
-// addends are), so adding an accumulator that took no term (+0) never changes a bit: executors may
-// skip those tree steps.
+// Signed zeros. An accumulator can be -0 (an fma whose exact result is a tiny negative number
+// rounds to -0), and -0 + +0 = +0, so an executor may not drop the tree's addition of an accumulator
+// that took no term (+0) unless it adds +0 to the result once at the end: dropping additions of +0
+// changes at most the sign of a zero result, and the full tree's result is never -0 when one of its
+// accumulators is +0. Padding, where an executor feeds an accumulator beyond the terms, must add -0,
+// the additive identity: e.g. fma(+0, -0, acc) is acc for every acc.
 #pragma once
 
 #include "det_bf16.h"

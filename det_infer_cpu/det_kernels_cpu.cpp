@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <vector>
 
 #include "../contract/det_act.h"
 #include "../contract/det_reduce.h"
+#include "det_lane_blocks.h"
 #include "det_parallel.h"
 
 namespace {
@@ -29,14 +31,14 @@ int hardware_isa() {
 #endif
 }
 
-// The one choice of GEMV version. AVX-512 serves the batch-1 kernel, the bf16 tiles of 3 or more
-// inputs and, for nf4, the row decoder under the AVX2 batched kernel (det_nf4_decode_row reads the
-// level itself). Two inputs stream rows on AVX2.
+// The one choice of GEMV version: AVX-512 serves one input (det_gemv_b1_avx512.cpp) and any more
+// (det_gemv_tile_avx512.cpp), AVX2 both where AVX-512 is missing or capped; nf4 rows are decoded
+// by det_nf4_decode_row, which reads the level itself.
 int gemv_isa(const det_matrix& W, int64_t K, int64_t B) {
   const bool fits = K % 16 == 0 && (W.bf16 || W.block_shift >= 4);
   const int isa = det_cpu_isa();
-  if (!fits || isa < DET_ISA_AVX2 || true) return DET_ISA_REF;  // CONTRACT2-WIP: ISA kernels not yet converted
-  return isa >= DET_ISA_AVX512 && (B != 2 || !W.bf16) ? DET_ISA_AVX512 : DET_ISA_AVX2;
+  if (!fits || isa < DET_ISA_AVX2) return DET_ISA_REF;
+  return isa >= DET_ISA_AVX512 ? DET_ISA_AVX512 : DET_ISA_AVX2;
 }
 
 DET_CPU_CLONES void act_mul_ref(int act, const float* gate, const float* up, float* out, int64_t n) {
@@ -96,16 +98,17 @@ DET_CPU_CLONES void det_gemv_rows_ref(const det_matrix& W, int64_t K, const floa
 
 void det_gemv_rows(const det_matrix& W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
                    int64_t r0, int64_t r1) {
-  switch (gemv_isa(W, K, B)) {
+  const int isa = gemv_isa(W, K, B);
+  if (isa == DET_ISA_REF) return det_gemv_rows_ref(W, K, X, B, Y, ldy, r0, r1);
 #if defined(__x86_64__)
-    case DET_ISA_AVX512:
-      if (B == 1) return det_gemv_rows_b1_avx512(W, K, X, Y, r0, r1);
-      if (W.bf16) return det_gemv_rows_tile_avx512(W.bf16, K, X, B, Y, ldy, r0, r1);
-      return det_gemv_rows_avx2(W, K, X, B, Y, ldy, r0, r1);
-    case DET_ISA_AVX2: return det_gemv_rows_avx2(W, K, X, B, Y, ldy, r0, r1);
+  thread_local std::vector<float> xp;  // the inputs in the SIMD kernels' staged order
+  const int64_t Kp = det_staged_len(K);
+  if ((int64_t)xp.size() < B * Kp) xp.resize(B * Kp);
+  det_stage_inputs(X, K, B, xp.data());
+  if (isa == DET_ISA_AVX2) return det_gemv_rows_avx2(W, K, xp.data(), B, Y, ldy, r0, r1);
+  if (B == 1) return det_gemv_rows_b1_avx512(W, K, xp.data(), Y, r0, r1);
+  return det_gemv_rows_tile_avx512(W, K, xp.data(), B, Y, ldy, r0, r1);
 #endif
-    default: return det_gemv_rows_ref(W, K, X, B, Y, ldy, r0, r1);
-  }
 }
 
 const char* det_gemv_impl_name(const det_matrix& W, int64_t K, int64_t B) {
@@ -116,7 +119,7 @@ const char* det_gemv_impl_name(const det_matrix& W, int64_t K, int64_t B) {
 void det_attn_scores(const float* q, const float* k, int64_t stride, int64_t D, int64_t n, float scale,
                      float* out) {
 #if defined(__x86_64__)
-  if (false && det_cpu_isa() >= DET_ISA_AVX2 && D % 8 == 0) return det_attn_scores_avx2(q, k, stride, D, n, scale, out);
+  if (det_cpu_isa() >= DET_ISA_AVX2 && D % 8 == 0) return det_attn_scores_avx2(q, k, stride, D, n, scale, out);
 #endif
   attn_scores_ref(q, k, stride, D, n, scale, out);
 }

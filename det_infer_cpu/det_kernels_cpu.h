@@ -8,12 +8,10 @@
 #include "../contract/det_llama_model.h"
 
 // ISA levels. The level used is the CPU's, capped by DET_INFER_GEMV=ref|avx2 in the environment or
-// by det_set_isa_cap (for tests and A/B runs). AVX-512 (F, BW, VL, DQ) runs the batch-1 GEMV (16
-// leaf registers in natural order, nf4 decoded in registers), the bf16 GEMV of 3 or more inputs
-// (256-bit tiles in AVX-512VL's 32 registers) and the nf4 row decoder of the batched GEMV (one
-// vpermw per 16 codes); 2 inputs and batched nf4 stay AVX2. (A tile kernel in 512-bit registers was
-// measured on a Zen 4 EPYC, which executes 512-bit fma as two 256-bit halves: no faster than AVX2,
-// so it was dropped; the register count is what pays.)
+// by det_set_isa_cap (for tests and A/B runs). The SIMD GEMVs read weights and inputs in the staged
+// order of det_lane_blocks.h: AVX-512 (F, BW, VL, DQ) transposes each 256-weight block in registers
+// (x86/det_stage_avx512.h) for one input or stages row blocks for register tiles of several; AVX2
+// stages one row at a time with 8 x 8 transposes.
 enum { DET_ISA_REF = 0, DET_ISA_AVX2 = 1, DET_ISA_AVX512 = 2 };
 int det_cpu_isa();
 void det_set_isa_cap(int level);
@@ -23,8 +21,7 @@ void det_set_isa_cap(int level);
 void det_gemv_rows(const det_matrix& W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
                    int64_t r0, int64_t r1);
 // Which version det_gemv_rows uses for W with rows of length K and B inputs: "ref", "avx2", or
-// "avx512" (the batch-1 kernel, the bf16 tiles of 3 or more inputs, or the AVX-512 nf4 row decoder
-// under the AVX2 batched kernel).
+// "avx512" (the batch-1 kernel or the register tiles).
 const char* det_gemv_impl_name(const det_matrix& W, int64_t K, int64_t B);
 // Asks for the cache lines of [p, p + bytes) ahead of use (hints only): into L1, for data needed
 // next; or into L2 (prefetcht1: L2 alone on Zen 4 and Intel cores), for data needed later, from far
@@ -53,19 +50,18 @@ void det_exp_sub(const float* s, float m, float* e, int64_t n);
 void det_gemv_rows_ref(const det_matrix& W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
                        int64_t r0, int64_t r1);
 #if defined(__x86_64__)
-// AVX2 + FMA (x86/det_gemv_avx2.cpp): row streaming (1-2 inputs) or register tiles; K % 16 == 0,
-// and nf4 blocks of at least 16.
-void det_gemv_rows_avx2(const det_matrix& W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
+// The SIMD GEMVs take the inputs staged (xp: B rows of det_staged_len(K) floats, det_stage_inputs);
+// K % 16 == 0, and nf4 blocks of at least 16.
+// x86/det_gemv_avx2.cpp: AVX2 + FMA, any B.
+void det_gemv_rows_avx2(const det_matrix& W, int64_t K, const float* xp, int64_t B, float* Y, int64_t ldy,
                         int64_t r0, int64_t r1);
 // x86/det_nf4_decode.cpp: out[0..K) = bf16 bits of the nf4 weights at flat indices i0 .. i0+K
 // (i0 % 16 == 0, K % 16 == 0, blocks of at least 16); AVX-512 at that level, else AVX2.
 void det_nf4_decode_row(const det_matrix& W, int64_t i0, int64_t K, uint16_t* out);
-// x86/det_gemv_b1_avx512.cpp: y[r] = canonical dot(W[r, :], x) for one input, W bf16 or nf4
-// (decoded in registers; blocks of at least 16), K % 16 == 0.
-void det_gemv_rows_b1_avx512(const det_matrix& W, int64_t K, const float* x, float* y, int64_t r0, int64_t r1);
-// x86/det_gemv_tile_avx512.cpp: the same for bf16 rows and B inputs in register tiles (any B; used
-// for B >= 3), K % 16 == 0.
-void det_gemv_rows_tile_avx512(const uint16_t* W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
+// x86/det_gemv_b1_avx512.cpp: y[r] = canonical dot(W[r, :], x) for one input.
+void det_gemv_rows_b1_avx512(const det_matrix& W, int64_t K, const float* xp, float* y, int64_t r0, int64_t r1);
+// x86/det_gemv_tile_avx512.cpp: the same for B >= 2 inputs in register tiles.
+void det_gemv_rows_tile_avx512(const det_matrix& W, int64_t K, const float* xp, int64_t B, float* Y, int64_t ldy,
                                int64_t r0, int64_t r1);
 // x86/det_attn_avx2.cpp: det_attn_scores eight keys at a time; D % 8 == 0.
 void det_attn_scores_avx2(const float* q, const float* k, int64_t stride, int64_t D, int64_t n, float scale,

@@ -137,9 +137,11 @@ DET_CPU_CLONES void attend(const float* q, const float* kc, const float* vc, int
       }
     }
     const float l = det_reduce_tree_f32(l_acc);
-    // The group tree. A group without visible slots holds +0 in every dimension and no
-    // accumulator is ever -0 (det_reduce.h), so adding an empty group changes nothing and adding
-    // into one copies: both are skipped or done as copies, and empty groups are never read.
+    // The group tree, without the additions of groups that took no slot (+0 in every dimension:
+    // groups 16..31 always, and groups outside the visible slots): each is skipped, or copied into
+    // when the other side is empty. That changes at most the sign of a zero, and the full tree,
+    // which adds +0 leaves, never gives -0; adding +0 once at the end restores its bits
+    // (det_reduce.h).
     for (int64_t half = kGroups / 2; half >= 1; half /= 2)
       for (int64_t g = 0; g < half; ++g) {
         if (!live[g + half]) continue;
@@ -152,6 +154,7 @@ DET_CPU_CLONES void attend(const float* q, const float* kc, const float* vc, int
           live[g] = true;
         }
       }
+    for (int64_t d = 0; d < D; ++d) s.group_o[d] = det_add_f32(s.group_o[d], 0.0f);
     det_attn_combine_f32(&run, s.O.data(), {m, l}, s.group_o.data(), D, first);
     first = false;
   }

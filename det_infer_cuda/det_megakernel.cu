@@ -6,8 +6,8 @@
 #include "../megakernel/det_megakernel.cuh"
 #include "det_megakernel_cuda.h"
 
-// 256 threads at most per block (8 warps): the batch accumulators of 16 rows x 8 residues stay in
-// registers (docs/RESULTS.md reports registers and spills per architecture).
+// 256 threads at most per block (8 warps): a lane's batch accumulators (one per row, 16 at most) stay
+// in registers (docs/RESULTS.md reports registers and spills per architecture).
 #define DET_MK_MAX_THREADS 256
 
 // __grid_constant__: the phases take the parameters by reference without a local copy.

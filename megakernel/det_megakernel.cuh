@@ -7,9 +7,10 @@
 // CUDA only through det_simt.h.
 //
 // Work is split by output: a GEMV row, an (row, head) attention task, a vector element. Each
-// output is computed whole by one warp (or one thread) in the contract's order: the 256 residue
-// accumulators of docs/SPEC.md §9 are the warp's 32 lanes x 8 consecutive elements (one 16-byte
-// load of 8 bf16), and the fixed tree is shuffles by 16..1 lanes then 4..1 in registers. Which
+// output is computed whole by one warp (or one thread) in the contract's order: the 32
+// accumulators of docs/SPEC.md §9 are the warp's 32 lanes, each taking its run of 8 consecutive
+// elements per block of 256 (one 16-byte load of 8 bf16) as one fma chain, and the fixed tree is
+// five shuffles by 16..1 lanes. Which
 // warp gets which output, how many blocks and warps there are, how deep the weight ring is and
 // how many rows ride in a tile is scheduling only. Phases are separated by the grid barrier.
 //
@@ -45,27 +46,24 @@ struct det_mk_ctx {
 
 // ---- warp building blocks ---------------------------------------------------------------------
 
-// The canonical tree (docs/SPEC.md §9) for N reductions at once: lane l holds residues 8l..8l+7
-// of reduction r in acc[r][0..7]. Steps 128..8 add lane l + 16..1; steps 4..1 are in registers.
-// Reduction r's result is acc[r][0] on lane 0 (other lanes hold partial sums).
+// The canonical tree (docs/SPEC.md §9) for N reductions at once: lane l is accumulator l of each
+// (acc[r]); steps 16..1 add lane l + 16..1. Reduction r's result is acc[r] on lane 0 (other lanes
+// hold partial sums).
 template <int N>
-DET_DEV void det_mk_warp_tree(float (&acc)[N][8]) {
+DET_DEV void det_mk_warp_tree(float (&acc)[N]) {
   for (int delta = DET_WARP / 2; delta >= 1; delta >>= 1)
-    det_shfl_down_combine_n(&acc[0][0], N * 8, delta, [](float a, float b) { return det_add_f32(a, b); });
-  for (int s = 4; s >= 1; s >>= 1)
-    for (int r = 0; r < N; ++r)
-      for (int i = 0; i < s; ++i) acc[r][i] = det_add_f32(acc[r][i], acc[r][i + s]);
+    det_shfl_down_combine_n(acc, N, delta, [](float a, float b) { return det_add_f32(a, b); });
 }
 
-// Canonical dot of two fp32 vectors of length K (K % 8 == 0), returned on every lane.
+// Canonical dot of two fp32 vectors of length K (K % 8 == 0), returned on every lane: lane l takes
+// the runs 8l .. 8l + 7 of every block of 256 as one fma chain.
 DET_DEV float det_mk_warp_dot_f32(const float* a, const float* b, int64_t K) {
-  float acc[1][8];
-  for (int i = 0; i < 8; ++i) acc[0][i] = 0.0f;
-  for (int64_t k = 8 * det_lane(); k < K; k += 8 * DET_WARP)
-    for (int i = 0; i < 8; ++i) acc[0][i] = det_fma_f32(a[k + i], b[k + i], acc[0][i]);
+  float acc[1] = {0.0f};
+  for (int64_t k = DET_REDUCE_RUN * det_lane(); k < K; k += DET_REDUCE_BLOCK)
+    for (int i = 0; i < DET_REDUCE_RUN; ++i) acc[0] = det_fma_f32(a[k + i], b[k + i], acc[0]);
   det_mk_warp_tree<1>(acc);
-  det_shfl_idx_n(&acc[0][0], 1, 0);
-  return acc[0][0];
+  det_shfl_idx_n(acc, 1, 0);
+  return acc[0];
 }
 
 // Calls f.template operator()<NB>() with NB the smallest of 1, 2, 4, 8, 16 holding n rows.
@@ -135,9 +133,8 @@ DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row ro
   };
   for (int f = 0; f < depth - 1; ++f) issue();
 
-  float acc[NB][8];
-  for (int b = 0; b < NB; ++b)
-    for (int i = 0; i < 8; ++i) acc[b][i] = 0.0f;
+  float acc[NB];  // lane l is accumulator l of each input row's dot (§9)
+  for (int b = 0; b < NB; ++b) acc[b] = 0.0f;
   int64_t it = 0, s = 0;
   for (int64_t f = 0; f < total; ++f) {
     issue();
@@ -151,16 +148,15 @@ DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row ro
         if (b >= nb) break;
         const det_vec_f32x4 x0 = det_load_f32x4(x + b * ldx + k), x1 = det_load_f32x4(x + b * ldx + k + 4);
         const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-        for (int i = 0; i < 8; ++i) acc[b][i] = det_fma_f32(w[i], xv[i], acc[b][i]);
+        for (int i = 0; i < 8; ++i) acc[b] = det_fma_f32(w[i], xv[i], acc[b]);
       }
     }
     if (++s == steps) {
       det_mk_warp_tree<NB>(acc);
       float y[NB] = {};
-      for (int b = 0; b < NB; ++b) y[b] = acc[b][0];
+      for (int b = 0; b < NB; ++b) y[b] = acc[b];
       emit(it, y);
-      for (int b = 0; b < NB; ++b)
-        for (int i = 0; i < 8; ++i) acc[b][i] = 0.0f;
+      for (int b = 0; b < NB; ++b) acc[b] = 0.0f;
       s = 0;
       ++it;
     }
@@ -293,7 +289,7 @@ DET_DEV_NOINLINE void det_mk_phase_rope(const det_mk_ctx& c, int64_t l) {
 
 // ATTN: one warp per (row, query head), over 128-position chunks (docs/SPEC.md §13.4). Per chunk:
 // scores (8 slots per tree), the max in slot order, e = exp(s - m), the canonical sums l and o[d]
-// with slot j at residue j (lane j/8), then the merge into the running (M, L, O).
+// with slot j in lane j/8's chain, then the merge into the running (M, L, O).
 DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
   const det_llama_model& m = c.P->model;
   const det_mk_workspace& ws = c.P->ws;
@@ -312,8 +308,8 @@ DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
     const float* kc = sq.k + L.kv_offset + g * D;  // position j at kc + j * kv_row
     const float* vc = sq.v + L.kv_offset + g * D;
     const int64_t lo = W > 0 && p - W + 1 > 0 ? p - W + 1 : 0;
-    // The lane's residues 8 lane .. 8 lane + 7 of the length-256 reduction: q elements
-    // 8 lane + 256 h + i for h < DET_MK_HEAD_DIM_MAX / 256 (those below D).
+    // The lane's runs of the score's reduction (§9): q elements 8 lane + 256 h + i for
+    // h < DET_MK_HEAD_DIM_MAX / 256 (those below D), one fma chain in that order.
     constexpr int NH = DET_MK_HEAD_DIM_MAX / (8 * DET_WARP);
     bool lane_q[NH];
     float qv[NH][8];
@@ -328,46 +324,47 @@ DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
       const int64_t j0 = (lo > base ? lo : base) - base;
       const int64_t j1 = (p < base + DET_ATTN_CHUNK - 1 ? p : base + DET_ATTN_CHUNK - 1) - base;
       for (int64_t jg = j0; jg <= j1; jg += 8) {
-        float acc[8][8];
+        float acc[8];  // keys jg .. jg + 7
         for (int s = 0; s < 8; ++s) {
           const float* kj = kc + (base + jg + s) * m.kv_row + 8 * lane;
-          for (int i = 0; i < 8; ++i) acc[s][i] = 0.0f;
+          acc[s] = 0.0f;
           for (int h = 0; h < NH; ++h)
             if (lane_q[h] && jg + s <= j1)
-              for (int i = 0; i < 8; ++i) acc[s][i] = det_fma_f32(qv[h][i], kj[8 * DET_WARP * h + i], acc[s][i]);
+              for (int i = 0; i < 8; ++i) acc[s] = det_fma_f32(qv[h][i], kj[8 * DET_WARP * h + i], acc[s]);
         }
         det_mk_warp_tree<8>(acc);
         if (lane == 0)
-          for (int s = 0; s < 8 && jg + s <= j1; ++s) score[jg + s] = det_mul_f32(acc[s][0], scale);
+          for (int s = 0; s < 8 && jg + s <= j1; ++s) score[jg + s] = det_mul_f32(acc[s], scale);
       }
       det_sync_warp();
       float mx = score[j0];
       for (int64_t j = j0 + 1; j <= j1; ++j) mx = score[j] > mx ? score[j] : mx;
       for (int64_t j = j0 + lane; j <= j1; j += DET_WARP) ex[j] = det_exp_f32(det_sub_f32(score[j], mx));
       det_sync_warp();
-      // Slot j is residue j of a length-128 reduction: lanes 0..15 hold the slots, 16..31 zeros.
-      float la[1][8];
+      // The chunk's length-128 reductions (§9): lane l (l < 16) takes the visible slots of
+      // 8l .. 8l + 7 in one chain; lanes 16..31 take none and hold +0.
+      float la[1] = {0.0f};
       for (int i = 0; i < 8; ++i) {
         const int64_t j = 8 * lane + i;
-        la[0][i] = j >= j0 && j <= j1 ? det_add_f32(0.0f, ex[j]) : 0.0f;
+        if (j >= j0 && j <= j1) la[0] = det_add_f32(la[0], ex[j]);
       }
       det_mk_warp_tree<1>(la);
-      det_shfl_idx_n(&la[0][0], 1, 0);
-      const det_attn_acc part = {mx, la[0][0]};
+      det_shfl_idx_n(la, 1, 0);
+      const det_attn_acc part = {mx, la[0]};
       det_attn_weights w = {1.0f, 1.0f};
       if (first) run = part;
       else w = det_attn_merge_stats(&run, part);
       for (int64_t d0 = 0; d0 < D; d0 += 8) {
-        float oa[8][8];
+        float oa[8] = {};  // dimensions d0 .. d0 + 7
         for (int i = 0; i < 8; ++i) {
           const int64_t j = 8 * lane + i;
-          const bool live = j >= j0 && j <= j1;
+          if (j < j0 || j > j1) continue;
           const float* vj = vc + (base + j) * m.kv_row + d0;
-          for (int s = 0; s < 8; ++s) oa[s][i] = live ? det_fma_f32(ex[j], vj[s], 0.0f) : 0.0f;
+          for (int s = 0; s < 8; ++s) oa[s] = det_fma_f32(ex[j], vj[s], oa[s]);
         }
         det_mk_warp_tree<8>(oa);
         if (lane == 0)
-          for (int s = 0; s < 8; ++s) O[d0 + s] = first ? oa[s][0] : det_attn_merge_value(O[d0 + s], oa[s][0], w);
+          for (int s = 0; s < 8; ++s) O[d0 + s] = first ? oa[s] : det_attn_merge_value(O[d0 + s], oa[s], w);
       }
       det_sync_warp();
     }
@@ -517,13 +514,12 @@ DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c) {
 
 // The canonical sum (§9, sum form) of x[0..K) on one warp, returned on every lane.
 DET_DEV float det_mk_warp_sum_f32(const float* x, int64_t K) {
-  float acc[1][8];
-  for (int i = 0; i < 8; ++i) acc[0][i] = 0.0f;
-  for (int64_t k0 = 8 * det_lane(); k0 < K; k0 += 8 * DET_WARP)
-    for (int i = 0; i < 8 && k0 + i < K; ++i) acc[0][i] = det_add_f32(acc[0][i], x[k0 + i]);
+  float acc[1] = {0.0f};
+  for (int64_t k0 = DET_REDUCE_RUN * det_lane(); k0 < K; k0 += DET_REDUCE_BLOCK)
+    for (int i = 0; i < DET_REDUCE_RUN && k0 + i < K; ++i) acc[0] = det_add_f32(acc[0], x[k0 + i]);
   det_mk_warp_tree<1>(acc);
-  det_shfl_idx_n(&acc[0][0], 1, 0);
-  return acc[0][0];
+  det_shfl_idx_n(acc, 1, 0);
+  return acc[0];
 }
 
 // A sampled pick (det_sample.h) by the block: the elementwise steps and the max over the block's

@@ -124,6 +124,17 @@ def test_every_bound_field_is_checked_and_named(di, setup, mode, tamper):
         assert not r["match"] and r["field"] == "model"
 
 
+def test_a_contract_1_certificate_is_refused_naming_both_versions(di, setup):
+    """Contract 1's bits are not contract 2's: its certificate is a mismatch of contract_version that
+    names both versions, even with every digest recomputed to match."""
+    _, mm, _, certs = setup
+    old = copy.deepcopy(certs["greedy"])
+    old["contract_version"] = 1
+    r = di.certificate.verify(mm, old)
+    assert di.CONTRACT_VERSION == 2 and not r["match"] and r["field"] == "contract_version"
+    assert "contract 1" in r["detail"] and "contract 2" in r["detail"], r["detail"]
+
+
 @pytest.mark.parametrize("mode", ["greedy", "sampled"])
 def test_forged_digests_do_not_hide_an_edit(di, setup, mode):
     _, mm, _, certs = setup

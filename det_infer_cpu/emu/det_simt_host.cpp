@@ -110,7 +110,7 @@ int deferred_async = 0;
 namespace {
 
 constexpr size_t kStackBytes = 128 * 1024;  // the deepest kernel frame uses a few KiB
-constexpr int kMaxWords = 128;  // largest warp exchange (16 rows x 8 residues)
+constexpr int kMaxWords = 128;  // largest warp exchange (the kernel needs 16: one per batch row)
 constexpr int kAsync = 1, kSmem = 2, kThreads = 4;
 
 struct Copy {  // one deferred cp.async

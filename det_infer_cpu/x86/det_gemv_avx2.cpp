@@ -1,185 +1,90 @@
-// det_gemv_avx2.cpp: the canonical GEMV (docs/SPEC.md §9) with AVX2 + FMA, same order as
-// det_gemv_rows_ref: every lane of a vector is one of the 256 residue accumulators, fed its terms
-// in increasing k by fma, and the fixed tree runs at the end. nf4 matrices (docs/SPEC.md §16) are
-// decoded a row (or a tile's rows) at a time into bf16 in L1, then run through the same kernels:
-// the decoded values are exactly the contract's bf16 weights.
+// det_gemv_avx2.cpp: the canonical GEMV (docs/SPEC.md §9) with AVX2 + FMA, for CPUs without
+// AVX-512 (and DET_INFER_GEMV=avx2). Same order as det_gemv_rows_ref.
 //
-// Layout. 16 bf16 weights w[16g .. 16g+15] load as one 256-bit vector; unpacking it against zero
-// gives their fp32 values in two vectors without a conversion instruction:
-//   A_g = lanes (16g+0..3, 16g+8..11),  B_g = lanes (16g+4..7, 16g+12..15)   (unpack works per 128 bits)
-// The inputs are permuted once per call into the same lane order, so lane i of A_g (or B_g) always
-// holds one residue. Leaf L = 2g + h (h = 0 for A, 1 for B), g < 16, covers residues of group g.
-// Tree: pairing residue j with j+128, +64, +32, +16 pairs group g with g+8, +4, +2, +1, i.e. leaf
-// L with L+16, +8, +4, +2; that leaves A_0 and B_0. Then j with j+8 (the two 128-bit halves of each),
-// j with j+4 (A_0's half with B_0's), and j with j+2, j+1 inside 128 bits.
+// Each row is staged (det_lane_blocks.h) in L1: 8 bf16 weights 8l .. 8l + 7 of a block widen to one
+// vector, accumulator l's run, and an 8 x 8 transpose of accumulators 8g .. 8g + 7 gives their
+// steps 0..7 as vectors. Then every group of up to 3 inputs walks the staged row with four
+// accumulator vectors per output (accumulators 0-7, 8-15, 16-23, 24-31; the quarters a short last
+// block does not reach are skipped). nf4 rows are first decoded to their bf16 weights
+// (det_nf4_decode_row): exactly the contract's weights.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <vector>
 
 #include "../det_kernels_cpu.h"
-
-#define DET_AVX2 __attribute__((target("avx2,fma")))
+#include "../det_lane_blocks.h"
+#include "det_transpose_avx2.h"
 
 namespace {
 
-constexpr int kLeaves = 32;  // 256 residues / 8 lanes
-constexpr int kGroup = 16;   // residues per 256-bit bf16 load
+constexpr int kInputs = 3;  // inputs per pass: 3 x 4 accumulator vectors of the 16 registers
 
-// fp32 values of w[0..15] in the (A, B) lane order.
-DET_AVX2 inline void load_bf16x16(const uint16_t* p, __m256* a, __m256* b) {
-  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  const __m256i z = _mm256_setzero_si256();
-  *a = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, w));
-  *b = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, w));
+DET_AVX2 inline __m256 widen8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-// x (K,) in natural order -> xp in the (A, B) lane order of each 16-group.
-DET_AVX2 void permute_input(const float* x, float* xp, int64_t K) {
-  for (int64_t k = 0; k < K; k += kGroup) {
-    const __m256 lo = _mm256_loadu_ps(x + k), hi = _mm256_loadu_ps(x + k + 8);
-    _mm256_storeu_ps(xp + k, _mm256_permute2f128_ps(lo, hi, 0x20));      // x0..3, x8..11
-    _mm256_storeu_ps(xp + k + 8, _mm256_permute2f128_ps(lo, hi, 0x31));  // x4..7, x12..15
+// S (det_staged_len(K) floats) = the staged form of the K bf16 weights at w.
+DET_AVX2 void stage_row(const uint16_t* w, int64_t K, float* S) {
+  for (int64_t k0 = 0; k0 < K; k0 += DET_REDUCE_BLOCK, S += DET_REDUCE_BLOCK) {
+    const int lanes = det_block_lanes(K, k0);  // K % 16 == 0: whole runs
+    for (int g = 0; g < 4; ++g) {
+      __m256 r[8];
+      for (int j = 0; j < 8; ++j) {
+        const int l = 8 * g + j;
+        r[j] = l < lanes ? widen8(w + k0 + 8 * l) : _mm256_setzero_ps();
+      }
+      det_transpose8(r);
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(S + 32 * i + 8 * g, r[i]);
+    }
   }
 }
 
-// The tree of one output from its 32 leaves.
-DET_AVX2 inline float tree(const __m256* leaf) {
-  __m256 v[16];
-  for (int x = 0; x < 16; ++x) v[x] = _mm256_add_ps(leaf[x], leaf[x + 16]);  // j + 128
-  for (int x = 0; x < 8; ++x) v[x] = _mm256_add_ps(v[x], v[x + 8]);          // j + 64
-  for (int x = 0; x < 4; ++x) v[x] = _mm256_add_ps(v[x], v[x + 4]);          // j + 32
-  for (int x = 0; x < 2; ++x) v[x] = _mm256_add_ps(v[x], v[x + 2]);          // j + 16
-  const __m128 a = _mm_add_ps(_mm256_castps256_ps128(v[0]), _mm256_extractf128_ps(v[0], 1));  // j + 8: 0..3
-  const __m128 b = _mm_add_ps(_mm256_castps256_ps128(v[1]), _mm256_extractf128_ps(v[1], 1));  // j + 8: 4..7
-  __m128 q = _mm_add_ps(a, b);                   // j + 4
-  q = _mm_add_ps(q, _mm_movehl_ps(q, q));        // j + 2
-  q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));    // j + 1
-  return _mm_cvtss_f32(q);
+// The tree of docs/SPEC.md §9 over accumulator vectors q[0..3] (accumulators 8u .. 8u + 7).
+DET_AVX2 inline float tree(const __m256 (&q)[4]) {
+  const __m256 a = _mm256_add_ps(_mm256_add_ps(q[0], q[2]), _mm256_add_ps(q[1], q[3]));  // j + 16, j + 8
+  __m128 v = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));          // j + 4
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));                                                   // j + 2
+  v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));                                               // j + 1
+  return _mm_cvtss_f32(v);
 }
 
-// Few inputs (memory-bound): one row at a time, in windows of 4 blocks (1024 weights, 2 KB). Within
-// a window each leaf pair (A_g, B_g) is an fma chain in registers over its blocks (k = 16g + 256t),
-// continuing from the value the previous window left in the leaf array: the same chain, so the
-// same order. Per 16 weights: 1 load and 2 unpacks, plus 2 input loads and 2 fmas per input. The
-// row after next is prefetched, since the walk revisits a window's lines rather than streaming.
+// Y[t * ldy] = dot(staged row S, staged input t) for t < T.
 template <int T>
-DET_AVX2 void stream_rows(const uint16_t* W, int64_t K, const float* Xp, float* Y, int64_t ldy, int64_t r0,
-                          int64_t r1) {
-  constexpr int64_t kWindow = 4 * 256;
-  alignas(32) __m256 leaf[T][kLeaves];
-  const int64_t row_bytes = K * 2;
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint16_t* w = W + r * K;
-    if (r + 2 < r1) det_prefetch_l1(W + (r + 2) * K, row_bytes);
-    for (int t = 0; t < T; ++t)
-      for (int x = 0; x < kLeaves; ++x) leaf[t][x] = _mm256_setzero_ps();
-    for (int64_t w0 = 0; w0 < K; w0 += kWindow) {
-      const int64_t w1 = std::min(K, w0 + kWindow);
-      for (int g = 0; g < kLeaves / 2; ++g) {
-        __m256 a[T], b[T];
-        for (int t = 0; t < T; ++t) {
-          a[t] = leaf[t][2 * g];
-          b[t] = leaf[t][2 * g + 1];
-        }
-        for (int64_t k = w0 + kGroup * g; k < w1; k += 256) {
-          __m256 wa, wb;
-          load_bf16x16(w + k, &wa, &wb);
-          for (int t = 0; t < T; ++t) {
-            a[t] = _mm256_fmadd_ps(wa, _mm256_loadu_ps(Xp + t * K + k), a[t]);
-            b[t] = _mm256_fmadd_ps(wb, _mm256_loadu_ps(Xp + t * K + k + 8), b[t]);
-          }
-        }
-        for (int t = 0; t < T; ++t) {
-          leaf[t][2 * g] = a[t];
-          leaf[t][2 * g + 1] = b[t];
-        }
+DET_AVX2 void row_inputs(const float* S, const float* xp, int64_t Kp, int64_t K, float* Y, int64_t ldy) {
+  __m256 acc[T][4];
+  for (int t = 0; t < T; ++t)
+    for (int u = 0; u < 4; ++u) acc[t][u] = _mm256_setzero_ps();
+  for (int64_t k0 = 0; k0 < K; k0 += DET_REDUCE_BLOCK) {
+    const int quarters = (det_block_lanes(K, k0) + 7) / 8;
+    for (int64_t s = k0; s < k0 + DET_REDUCE_BLOCK; s += DET_REDUCE_LANES)
+      for (int u = 0; u < 4; ++u) {
+        if (u >= quarters) break;
+        const __m256 w = _mm256_loadu_ps(S + s + 8 * u);
+        for (int t = 0; t < T; ++t) acc[t][u] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xp + t * Kp + s + 8 * u), acc[t][u]);
       }
-    }
-    for (int t = 0; t < T; ++t) Y[t * ldy + r] = tree(leaf[t]);
   }
-}
-
-// Many inputs (compute-bound): a register tile of R rows x T inputs computes one leaf at a time;
-// each unpacked weight vector serves T inputs and each input vector R rows.
-template <int R, int T>
-DET_AVX2 void tile(const uint16_t* W, int64_t K, const float* Xp, float* Y, int64_t ldy, int64_t r,
-                   __m256* leaves) {
-  for (int L = 0; L < kLeaves; ++L) {
-    const int g = L / 2, h = L % 2;
-    __m256 acc[R][T];
-    for (int i = 0; i < R; ++i)
-      for (int b = 0; b < T; ++b) acc[i][b] = _mm256_setzero_ps();
-    for (int64_t k = kGroup * g; k < K; k += 256) {
-      __m256 w[R];
-      for (int i = 0; i < R; ++i) {
-        __m256 wa, wb;
-        load_bf16x16(W + (r + i) * K + k, &wa, &wb);
-        w[i] = h ? wb : wa;
-      }
-      for (int b = 0; b < T; ++b) {
-        const __m256 xv = _mm256_loadu_ps(Xp + b * K + k + 8 * h);
-        for (int i = 0; i < R; ++i) acc[i][b] = _mm256_fmadd_ps(w[i], xv, acc[i][b]);
-      }
-    }
-    for (int i = 0; i < R; ++i)
-      for (int b = 0; b < T; ++b) leaves[(i * T + b) * kLeaves + L] = acc[i][b];
-  }
-  for (int i = 0; i < R; ++i)
-    for (int b = 0; b < T; ++b) Y[b * ldy + r + i] = tree(leaves + (i * T + b) * kLeaves);
-}
-
-// All inputs against rows [r, r + R): groups of 4 inputs, then the remainder. The rows stay in
-// L1/L2 between the groups, so they come from memory once.
-template <int R>
-DET_AVX2 void row_block(const uint16_t* W, int64_t K, const float* Xp, int64_t B, float* Y, int64_t ldy, int64_t r,
-                        __m256* leaves) {
-  int64_t b = 0;
-  for (; b + 4 <= B; b += 4) tile<R, 4>(W, K, Xp + b * K, Y + b * ldy, ldy, r, leaves);
-  switch (B - b) {
-    case 3: tile<R, 3>(W, K, Xp + b * K, Y + b * ldy, ldy, r, leaves); break;
-    case 2: tile<R, 2>(W, K, Xp + b * K, Y + b * ldy, ldy, r, leaves); break;
-    case 1: tile<R, 1>(W, K, Xp + b * K, Y + b * ldy, ldy, r, leaves); break;
-    default: break;
-  }
-}
-
-// ---- nf4 rows -----------------------------------------------------------------------------------
-// Each row is decoded to its bf16 weights in L1 (det_nf4_decode_row, x86/det_nf4_decode.cpp), then
-// streamed (1-2 inputs) or tiled (3 rows at a time) exactly as a bf16 row.
-DET_AVX2 void gemv_rows_nf4(const det_matrix& W, int64_t K, const float* Xp, int64_t B, float* Y, int64_t ldy,
-                            int64_t r0, int64_t r1) {
-  constexpr int64_t kTile = 3;
-  thread_local std::vector<uint16_t> rows;
-  if ((int64_t)rows.size() < kTile * K) rows.resize(kTile * K);
-  alignas(32) __m256 leaves[12 * kLeaves];
-  int64_t r = r0;
-  while (r < r1) {
-    const int64_t n = B <= 2 ? 1 : std::min(kTile, r1 - r);  // rows decoded together
-    if (r + n + 1 < r1) det_prefetch_l1(W.nf4 + (r + n + 1) * K / 2, K / 2);  // the codes of the row after next
-    for (int64_t i = 0; i < n; ++i) det_nf4_decode_row(W, (r + i) * K, K, rows.data() + i * K);
-    if (B == 1) stream_rows<1>(rows.data(), K, Xp, Y + r, ldy, 0, 1);
-    else if (B == 2) stream_rows<2>(rows.data(), K, Xp, Y + r, ldy, 0, 1);
-    else if (n == 3) row_block<3>(rows.data(), K, Xp, B, Y + r, ldy, 0, leaves);
-    else for (int64_t i = 0; i < n; ++i) row_block<1>(rows.data() + i * K, K, Xp, B, Y + r + i, ldy, 0, leaves);
-    r += n;
-  }
+  for (int t = 0; t < T; ++t) Y[t * ldy] = tree(acc[t]);
 }
 
 }  // namespace
 
-DET_AVX2 void det_gemv_rows_avx2(const det_matrix& M, int64_t K, const float* X, int64_t B, float* Y,
+DET_AVX2 void det_gemv_rows_avx2(const det_matrix& W, int64_t K, const float* xp, int64_t B, float* Y,
                                  int64_t ldy, int64_t r0, int64_t r1) {
-  thread_local std::vector<float> xp;
-  if ((int64_t)xp.size() < B * K) xp.resize(B * K);
-  for (int64_t b = 0; b < B; ++b) permute_input(X + b * K, xp.data() + b * K, K);
-  if (!M.bf16) return gemv_rows_nf4(M, K, xp.data(), B, Y, ldy, r0, r1);
-  const uint16_t* W = M.bf16;
-  if (B == 1) return stream_rows<1>(W, K, xp.data(), Y, ldy, r0, r1);
-  if (B == 2) return stream_rows<2>(W, K, xp.data(), Y, ldy, r0, r1);
-  alignas(32) __m256 leaves[12 * kLeaves];
-  int64_t r = r0;
-  for (; r + 3 <= r1; r += 3) row_block<3>(W, K, xp.data(), B, Y, ldy, r, leaves);
-  for (; r < r1; ++r) row_block<1>(W, K, xp.data(), B, Y, ldy, r, leaves);
+  const int64_t Kp = det_staged_len(K);
+  thread_local std::vector<float> staged;
+  thread_local std::vector<uint16_t> decoded;
+  if ((int64_t)staged.size() < Kp) staged.resize(Kp);
+  if (!W.bf16 && (int64_t)decoded.size() < K) decoded.resize(K);
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint16_t* w = W.bf16 ? W.bf16 + r * K : decoded.data();
+    if (!W.bf16) det_nf4_decode_row(W, r * K, K, decoded.data());
+    else if (r + 2 < r1) det_prefetch_l1(W.bf16 + (r + 2) * K, 2 * K);
+    stage_row(w, K, staged.data());
+    int64_t b = 0;
+    for (; b + kInputs <= B; b += kInputs) row_inputs<kInputs>(staged.data(), xp + b * Kp, Kp, K, Y + b * ldy + r, ldy);
+    if (B - b == 2) row_inputs<2>(staged.data(), xp + b * Kp, Kp, K, Y + b * ldy + r, ldy);
+    if (B - b == 1) row_inputs<1>(staged.data(), xp + b * Kp, Kp, K, Y + b * ldy + r, ldy);
+  }
 }
-

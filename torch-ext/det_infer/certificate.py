@@ -389,8 +389,9 @@ def verify(mm, cert, check_model=True):
     from . import CONTRACT_VERSION
 
     if cert["contract_version"] != CONTRACT_VERSION:
-        return _result(False, 0, None, "contract_version", f"{cert['contract_version']} differs from this "
-                       f"package's {CONTRACT_VERSION}: the bits are not comparable")
+        return _result(False, 0, None, "contract_version", f"the certificate was made under contract "
+                       f"{cert['contract_version']}, this package implements contract {CONTRACT_VERSION}: "
+                       "the bits are not comparable; verify it with a release of that contract")
     if check_model:
         have = model_identity(mm)
         if have != cert["model"]:
