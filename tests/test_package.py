@@ -111,7 +111,7 @@ def test_get_kernel_through_local_kernels_in_a_fresh_process():
             "di = get_kernel('phanerozoic/det-infer', version=1); "
             "print(di.contract.exp(torch.tensor([1.0])).item(), di.CONTRACT_VERSION)")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["2.7182817459106445", "1"]
+    assert out.stdout.split() == ["2.7182817459106445", "2"]  # e, and contract 2
 
 
 def test_missing_variant_is_a_clear_error(tmp_path):
