@@ -324,17 +324,17 @@ DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
       const int64_t j0 = (lo > base ? lo : base) - base;
       const int64_t j1 = (p < base + DET_ATTN_CHUNK - 1 ? p : base + DET_ATTN_CHUNK - 1) - base;
       for (int64_t jg = j0; jg <= j1; jg += 8) {
-        float acc[8];  // keys jg .. jg + 7
+        float dot[8];  // the lane's accumulator of q . k for keys jg .. jg + 7
         for (int s = 0; s < 8; ++s) {
           const float* kj = kc + (base + jg + s) * m.kv_row + 8 * lane;
-          acc[s] = 0.0f;
+          dot[s] = 0.0f;
           for (int h = 0; h < NH; ++h)
             if (lane_q[h] && jg + s <= j1)
-              for (int i = 0; i < 8; ++i) acc[s] = det_fma_f32(qv[h][i], kj[8 * DET_WARP * h + i], acc[s]);
+              for (int i = 0; i < 8; ++i) dot[s] = det_fma_f32(qv[h][i], kj[8 * DET_WARP * h + i], dot[s]);
         }
-        det_mk_warp_tree<8>(acc);
+        det_mk_warp_tree<8>(dot);
         if (lane == 0)
-          for (int s = 0; s < 8 && jg + s <= j1; ++s) score[jg + s] = det_mul_f32(acc[s], scale);
+          for (int s = 0; s < 8 && jg + s <= j1; ++s) score[jg + s] = det_mul_f32(dot[s], scale);
       }
       det_sync_warp();
       float mx = score[j0];
@@ -343,28 +343,29 @@ DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
       det_sync_warp();
       // The chunk's length-128 reductions (§9): lane l (l < 16) takes the visible slots of
       // 8l .. 8l + 7 in one chain; lanes 16..31 take none and hold +0.
-      float la[1] = {0.0f};
+      float e_sum[1] = {0.0f};  // the lane's accumulator of l = sum_j e_j
       for (int i = 0; i < 8; ++i) {
         const int64_t j = 8 * lane + i;
-        if (j >= j0 && j <= j1) la[0] = det_add_f32(la[0], ex[j]);
+        if (j >= j0 && j <= j1) e_sum[0] = det_add_f32(e_sum[0], ex[j]);
       }
-      det_mk_warp_tree<1>(la);
-      det_shfl_idx_n(la, 1, 0);
-      const det_attn_acc part = {mx, la[0]};
+      det_mk_warp_tree<1>(e_sum);
+      det_shfl_idx_n(e_sum, 1, 0);
+      const det_attn_acc part = {mx, e_sum[0]};
       det_attn_weights w = {1.0f, 1.0f};
       if (first) run = part;
       else w = det_attn_merge_stats(&run, part);
       for (int64_t d0 = 0; d0 < D; d0 += 8) {
-        float oa[8] = {};  // dimensions d0 .. d0 + 7
+        float ev_sum[8] = {};  // the lane's accumulator of o_d = sum_j e_j v_j[d], d = d0 .. d0 + 7
         for (int i = 0; i < 8; ++i) {
           const int64_t j = 8 * lane + i;
           if (j < j0 || j > j1) continue;
           const float* vj = vc + (base + j) * m.kv_row + d0;
-          for (int s = 0; s < 8; ++s) oa[s] = det_fma_f32(ex[j], vj[s], oa[s]);
+          for (int s = 0; s < 8; ++s) ev_sum[s] = det_fma_f32(ex[j], vj[s], ev_sum[s]);
         }
-        det_mk_warp_tree<8>(oa);
+        det_mk_warp_tree<8>(ev_sum);
         if (lane == 0)
-          for (int s = 0; s < 8; ++s) O[d0 + s] = first ? oa[s] : det_attn_merge_value(O[d0 + s], oa[s], w);
+          for (int s = 0; s < 8; ++s)
+            O[d0 + s] = first ? ev_sum[s] : det_attn_merge_value(O[d0 + s], ev_sum[s], w);
       }
       det_sync_warp();
     }
