@@ -215,18 +215,19 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_res_ldg16(const uint16_t* __
 #pragma unroll
   for (int b = 0; b < NB; ++b) acc[b] = 0.0f;
   const int nfull = K / 256, rem = K - nfull * 256;
+  auto block = [&](int kb, int n, float (&wf)[8]) {  // the lane's first n residues of block kb
+#pragma unroll
+    for (int i = 0; i < 8; ++i) wf[i] = i < n ? __uint_as_float((uint32_t)__ldcs(wr + kb * 256 + 32 * i) << 16) : 0.0f;
+  };
 #pragma unroll 1
   for (int kb = 0; kb < nfull; ++kb) {
     float wf[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) wf[i] = __uint_as_float((uint32_t)__ldcs(wr + kb * 256 + 32 * i) << 16);
+    block(kb, 8, wf);
     res_step<NB>(acc, wf, xs4 + kb * 64, K4, o0, o1, 8);
   }
   if (rem) {
     float wf[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      wf[i] = i < rem / 32 ? __uint_as_float((uint32_t)__ldcs(wr + nfull * 256 + 32 * i) << 16) : 0.0f;
+    block(nfull, rem / 32, wf);
     res_step<NB>(acc, wf, xs4 + nfull * 64, K4, o0, o1, rem / 32);
   }
   tree_store<NB>(acc, y, row, rows, lane);
