@@ -43,11 +43,7 @@ DET_AVX2 void stage_row(const uint16_t* w, int64_t K, float* S) {
 
 // The tree of docs/SPEC.md §9 over accumulator vectors q[0..3] (accumulators 8u .. 8u + 7).
 DET_AVX2 inline float tree(const __m256 (&q)[4]) {
-  const __m256 a = _mm256_add_ps(_mm256_add_ps(q[0], q[2]), _mm256_add_ps(q[1], q[3]));  // j + 16, j + 8
-  __m128 v = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));          // j + 4
-  v = _mm_add_ps(v, _mm_movehl_ps(v, v));                                                   // j + 2
-  v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));                                               // j + 1
-  return _mm_cvtss_f32(v);
+  return det_tree_last8(_mm256_add_ps(_mm256_add_ps(q[0], q[2]), _mm256_add_ps(q[1], q[3])));  // j + 16, j + 8
 }
 
 // Y[t * ldy] = dot(staged row S, staged input t) for t < T.

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "../det_lane_blocks.h"
+#include "det_transpose_avx2.h"
 
 #define DET_AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq")))
 
@@ -67,9 +68,5 @@ DET_AVX512 inline void det_stage_block_bf16(const uint16_t* w, int64_t n, __m512
 // The tree of docs/SPEC.md §9 over accumulators 0-15 (lo) and 16-31 (hi).
 DET_AVX512 inline float det_stage_tree(__m512 lo, __m512 hi) {
   const __m512 v = _mm512_add_ps(lo, hi);                                                         // j + 16
-  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));       // j + 8
-  __m128 q = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));                  // j + 4
-  q = _mm_add_ps(q, _mm_movehl_ps(q, q));                                                           // j + 2
-  q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));                                                       // j + 1
-  return _mm_cvtss_f32(q);
+  return det_tree_last8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));  // j + 8
 }
