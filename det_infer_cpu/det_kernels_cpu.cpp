@@ -96,18 +96,27 @@ DET_CPU_CLONES void det_gemv_rows_ref(const det_matrix& W, int64_t K, const floa
   }
 }
 
-void det_gemv_rows(const det_matrix& W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
-                   int64_t r0, int64_t r1) {
-  const int isa = gemv_isa(W, K, B);
-  if (isa == DET_ISA_REF) return det_gemv_rows_ref(W, K, X, B, Y, ldy, r0, r1);
-#if defined(__x86_64__)
-  thread_local std::vector<float> xp;  // the inputs in the SIMD kernels' staged order
+det_gemv_input det_gemv_stage(const det_matrix* const* W, int n, const float* X, int64_t K, int64_t B,
+                              std::vector<float>& buf) {
+  det_gemv_input in{X, nullptr, K, B};
+  bool simd = false;
+  for (int i = 0; i < n; ++i) simd = simd || gemv_isa(*W[i], K, B) != DET_ISA_REF;
+  if (!simd) return in;
   const int64_t Kp = det_staged_len(K);
-  if ((int64_t)xp.size() < B * Kp) xp.resize(B * Kp);
-  det_stage_inputs(X, K, B, xp.data());
-  if (isa == DET_ISA_AVX2) return det_gemv_rows_avx2(W, K, xp.data(), B, Y, ldy, r0, r1);
-  if (B == 1) return det_gemv_rows_b1_avx512(W, K, xp.data(), Y, r0, r1);
-  return det_gemv_rows_tile_avx512(W, K, xp.data(), B, Y, ldy, r0, r1);
+  if ((int64_t)buf.size() < B * Kp) buf.resize(B * Kp);
+  det_stage_inputs(X, K, B, buf.data());
+  in.xp = buf.data();
+  return in;
+}
+
+void det_gemv_rows(const det_matrix& W, const det_gemv_input& in, float* Y, int64_t ldy, int64_t r0, int64_t r1) {
+  const int64_t K = in.K, B = in.B;
+  const int isa = gemv_isa(W, K, B);
+  if (isa == DET_ISA_REF || !in.xp) return det_gemv_rows_ref(W, K, in.X, B, Y, ldy, r0, r1);
+#if defined(__x86_64__)
+  if (isa == DET_ISA_AVX2) return det_gemv_rows_avx2(W, K, in.xp, B, Y, ldy, r0, r1);
+  if (B == 1) return det_gemv_rows_b1_avx512(W, K, in.xp, Y, r0, r1);
+  return det_gemv_rows_tile_avx512(W, K, in.xp, B, Y, ldy, r0, r1);
 #endif
 }
 

@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 
+#include <vector>
+
 #include "../contract/det_llama_model.h"
 
 // ISA levels. The level used is the CPU's, capped by DET_INFER_GEMV=ref|avx2 in the environment or
@@ -16,10 +18,21 @@ enum { DET_ISA_REF = 0, DET_ISA_AVX2 = 1, DET_ISA_AVX512 = 2 };
 int det_cpu_isa();
 void det_set_isa_cap(int level);
 
+// The inputs X (B, K) fp32 of a GEMV, with their staged form (det_lane_blocks.h) for the SIMD
+// kernels. Staged once per parallel region by the calling thread, so that every matrix sharing
+// the input (Q, K and V; gate and up) and every thread reads the same staged copy.
+struct det_gemv_input {
+  const float* X;
+  const float* xp;  // B rows of det_staged_len(K) floats; null when only the reference runs
+  int64_t K, B;
+};
+// Stages X for the matrices W[0 .. n) when any of them runs a SIMD version, into buf.
+det_gemv_input det_gemv_stage(const det_matrix* const* W, int n, const float* X, int64_t K, int64_t B,
+                              std::vector<float>& buf);
 // Y[b*ldy + r] = canonical dot(W[r, :], X[b*K .. +K)) for rows r0 <= r < r1 and inputs b < B
-// (docs/SPEC.md §9); W dense bf16 or nf4-packed with rows of K (det_nf4.h), X fp32.
-void det_gemv_rows(const det_matrix& W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,
-                   int64_t r0, int64_t r1);
+// (docs/SPEC.md §9); W dense bf16 or nf4-packed with rows of K (det_nf4.h), X fp32; `in` staged
+// by det_gemv_stage for a list that held W.
+void det_gemv_rows(const det_matrix& W, const det_gemv_input& in, float* Y, int64_t ldy, int64_t r0, int64_t r1);
 // Which version det_gemv_rows uses for W with rows of length K and B inputs: "ref", "avx2", or
 // "avx512" (the batch-1 kernel or the register tiles).
 const char* det_gemv_impl_name(const det_matrix& W, int64_t K, int64_t B);

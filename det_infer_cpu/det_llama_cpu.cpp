@@ -22,9 +22,17 @@ namespace {
 
 constexpr int64_t kRowBlock = 64;  // rows carried through the layers together (scheduling only)
 constexpr int64_t kMinParallelRows = 8;  // norms of fewer rows run on the calling thread
+// X staged once on the calling thread for the matrices that read it (det_gemv_stage).
+det_gemv_input stage(const det_matrix* const* W, int n, const float* X, int64_t K, int64_t B) {
+  thread_local std::vector<float> buf;
+  return det_gemv_stage(W, n, X, K, B, buf);
+}
+
 // Y (B, N) = X (B, K) times W (N, K) transposed, parallel over the N weight rows.
 void gemv(const det_matrix& W, int64_t N, int64_t K, const float* X, int64_t B, float* Y) {
-  det_parallel_chunks(N, [&](int64_t r0, int64_t r1) { det_gemv_rows(W, K, X, B, Y, N, r0, r1); });
+  const det_matrix* list[] = {&W};
+  const det_gemv_input in = stage(list, 1, X, K, B);
+  det_parallel_chunks(N, [&](int64_t r0, int64_t r1) { det_gemv_rows(W, in, Y, N, r0, r1); });
 }
 
 // Several matrices sharing one input, in one parallel region: their rows are split across the
@@ -34,14 +42,17 @@ struct GemvPart {
   int64_t N;
   float* Y;  // (B, N)
 };
+constexpr int kMaxParts = 3;  // Q, K and V
 void gemv_parts(const GemvPart* parts, int n_parts, int64_t K, const float* X, int64_t B) {
+  const det_matrix* list[kMaxParts];
   int64_t total = 0;
-  for (int i = 0; i < n_parts; ++i) total += parts[i].N;
+  for (int i = 0; i < n_parts; ++i) total += parts[i].N, list[i] = parts[i].W;
+  const det_gemv_input in = stage(list, n_parts, X, K, B);
   det_parallel_chunks(total, [&](int64_t r0, int64_t r1) {
     int64_t base = 0;
     for (int i = 0; i < n_parts; ++i) {
       const int64_t a = std::max(r0, base), b = std::min(r1, base + parts[i].N);
-      if (a < b) det_gemv_rows(*parts[i].W, K, X, B, parts[i].Y, parts[i].N, a - base, b - base);
+      if (a < b) det_gemv_rows(*parts[i].W, in, parts[i].Y, parts[i].N, a - base, b - base);
       base += parts[i].N;
     }
   });
@@ -51,9 +62,11 @@ void gemv_parts(const GemvPart* parts, int n_parts, int64_t K, const float* X, i
 // overwrites gate.
 void gemv_gate_up_act(int act, const det_matrix& Wg, const det_matrix& Wu, int64_t I, int64_t K, const float* X,
                       int64_t B, float* gate, float* up) {
+  const det_matrix* list[] = {&Wg, &Wu};
+  const det_gemv_input in = stage(list, 2, X, K, B);
   det_parallel_chunks(I, [&](int64_t r0, int64_t r1) {
-    det_gemv_rows(Wg, K, X, B, gate, I, r0, r1);
-    det_gemv_rows(Wu, K, X, B, up, I, r0, r1);
+    det_gemv_rows(Wg, in, gate, I, r0, r1);
+    det_gemv_rows(Wu, in, up, I, r0, r1);
     for (int64_t b = 0; b < B; ++b)
       det_act_mul(act, gate + b * I + r0, up + b * I + r0, gate + b * I + r0, r1 - r0);
   });
