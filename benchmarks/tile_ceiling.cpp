@@ -65,7 +65,12 @@ static volatile float sink;  // keeps each loop's result alive
 PEAK_LOOP(peak_ymm, __m256, _mm256_fmadd_ps, _mm256_set1_ps)
 PEAK_LOOP(peak_zmm, __m512, _mm512_fmadd_ps, _mm512_set1_ps)
 
-// 2. The tile's inner loop, steady: one 16-accumulator step of 3 staged rows x 4 staged inputs.
+// 2. The tile's inner loop, steady: one 16-accumulator step of 3 staged rows x 4 staged inputs,
+// from 64-byte aligned rows, each loaded vector kept in a register as the kernel keeps it.
+ISA static inline __m512 in_register(__m512 v) {
+  __asm__("" : "+v"(v));
+  return v;
+}
 AVX512 static void steady_loop(const float* S, const float* X, int64_t Kp, long n) {
   __m512 acc[3][4];
   for (int i = 0; i < 3; ++i)
@@ -73,9 +78,9 @@ AVX512 static void steady_loop(const float* S, const float* X, int64_t Kp, long 
   for (long it = 0; it < n; ++it) {
     const int64_t k = (it & 15) * 16;  // walks the 16 half-steps of a 256-weight block, in L1
     __m512 w[3];
-    for (int i = 0; i < 3; ++i) w[i] = _mm512_loadu_ps(S + i * Kp + k);
+    for (int i = 0; i < 3; ++i) w[i] = in_register(_mm512_load_ps(S + i * Kp + k));
     for (int b = 0; b < 4; ++b) {
-      const __m512 x = _mm512_loadu_ps(X + b * Kp + k);
+      const __m512 x = in_register(_mm512_load_ps(X + b * Kp + k));
       for (int i = 0; i < 3; ++i) acc[i][b] = _mm512_fmadd_ps(w[i], x, acc[i][b]);
     }
   }
@@ -106,7 +111,12 @@ int main() {
   {
     const int64_t K = 576;
     const auto S = inputs(3 * K), X = inputs(4 * K);
-    const double g = gflops(2.0 * 16 * 12 * 1e6, [&] { steady_loop(S.data(), X.data(), K, 1000000); });
+    det_staging s_area, x_area;  // aligned copies, as the kernel's staged rows and inputs are
+    float* Sa = s_area.get(3 * K);
+    float* Xa = x_area.get(4 * K);
+    std::copy(S.begin(), S.end(), Sa);
+    std::copy(X.begin(), X.end(), Xa);
+    const double g = gflops(2.0 * 16 * 12 * 1e6, [&] { steady_loop(Sa, Xa, K, 1000000); });
     printf("| tile inner loop alone, steady, L1 | %.1f | %.0f%% |\n", g, 100 * g / peak);
   }
   // Groups 3 and 4. From memory: a set of matrices larger than the 32 MB L3, each call taking the
@@ -125,10 +135,12 @@ int main() {
     for (int64_t m = 0; m < count; ++m) Ws.push_back(weights(s.N * s.K));
     const auto& W = Ws[0];
     const auto X = inputs(s.B * s.K);
-    std::vector<float> Y(s.B * s.N), xp(s.B * det_staged_len(s.K));
-    det_stage_inputs(X.data(), s.K, s.B, xp.data());
+    std::vector<float> Y(s.B * s.N);
+    det_staging staging;
+    float* xp = staging.get(s.B * det_staged_len(s.K));
+    det_stage_inputs(X.data(), s.K, s.B, xp);
     auto matrix = [](const std::vector<uint16_t>& w) { det_matrix m{}; m.bf16 = w.data(); return m; };
-    det_gemv_rows_tile_avx512(matrix(W), s.K, xp.data(), s.B, Y.data(), s.N, 0, s.N);
+    det_gemv_rows_tile_avx512(matrix(W), s.K, xp, s.B, Y.data(), s.N, 0, s.N);
     for (int64_t b = 0; b < s.B; ++b)  // the kernel must give the contract's bits
       for (int64_t r = 0; r < s.N; r += std::max<int64_t>(1, s.N / 7)) {
         const float ref = det_dot_bf16_ref(W.data() + r * s.K, X.data() + b * s.K, s.K);
@@ -139,7 +151,7 @@ int main() {
       }
     int64_t next = 0;
     const double g = gflops(2.0 * s.N * s.K * s.B, [&] {
-      det_gemv_rows_tile_avx512(matrix(Ws[next]), s.K, xp.data(), s.B, Y.data(), s.N, 0, s.N);
+      det_gemv_rows_tile_avx512(matrix(Ws[next]), s.K, xp, s.B, Y.data(), s.N, 0, s.N);
       next = (next + 1) % count;
     });
     printf("| %s | %.1f | %.0f%% |\n", s.what, g, 100 * g / peak);

@@ -97,15 +97,14 @@ DET_CPU_CLONES void det_gemv_rows_ref(const det_matrix& W, int64_t K, const floa
 }
 
 det_gemv_input det_gemv_stage(const det_matrix* const* W, int n, const float* X, int64_t K, int64_t B,
-                              std::vector<float>& buf) {
+                              det_staging& buf) {
   det_gemv_input in{X, nullptr, K, B};
   bool simd = false;
   for (int i = 0; i < n; ++i) simd = simd || gemv_isa(*W[i], K, B) != DET_ISA_REF;
   if (!simd) return in;
-  const int64_t Kp = det_staged_len(K);
-  if ((int64_t)buf.size() < B * Kp) buf.resize(B * Kp);
-  det_stage_inputs(X, K, B, buf.data());
-  in.xp = buf.data();
+  float* xp = buf.get(B * det_staged_len(K));
+  det_stage_inputs(X, K, B, xp);
+  in.xp = xp;
   return in;
 }
 

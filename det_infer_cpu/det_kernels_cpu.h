@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../contract/det_llama_model.h"
+#include "det_lane_blocks.h"
 
 // ISA levels. The level used is the CPU's, capped by DET_INFER_GEMV=ref|avx2 in the environment or
 // by det_set_isa_cap (for tests and A/B runs). The SIMD GEMVs read weights and inputs in the staged
@@ -28,7 +29,7 @@ struct det_gemv_input {
 };
 // Stages X for the matrices W[0 .. n) when any of them runs a SIMD version, into buf.
 det_gemv_input det_gemv_stage(const det_matrix* const* W, int n, const float* X, int64_t K, int64_t B,
-                              std::vector<float>& buf);
+                              det_staging& buf);
 // Y[b*ldy + r] = canonical dot(W[r, :], X[b*K .. +K)) for rows r0 <= r < r1 and inputs b < B
 // (docs/SPEC.md §9); W dense bf16 or nf4-packed with rows of K (det_nf4.h), X fp32; `in` staged
 // by det_gemv_stage for a list that held W.

@@ -24,7 +24,7 @@ constexpr int64_t kRowBlock = 64;  // rows carried through the layers together (
 constexpr int64_t kMinParallelRows = 8;  // norms of fewer rows run on the calling thread
 // X staged once on the calling thread for the matrices that read it (det_gemv_stage).
 det_gemv_input stage(const det_matrix* const* W, int n, const float* X, int64_t K, int64_t B) {
-  thread_local std::vector<float> buf;
+  thread_local det_staging buf;
   return det_gemv_stage(W, n, X, K, B, buf);
 }
 

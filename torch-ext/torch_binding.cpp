@@ -193,7 +193,7 @@ std::string gemv_engine(torch::Tensor& out, const torch::Tensor& w, const torch:
   const float* xp = x.data_ptr<float>();
   float* yp = out.data_ptr<float>();
   det_fpenv_guard env;
-  std::vector<float> staged;
+  det_staging staged;
   const det_matrix* list[] = {&W};
   const det_gemv_input in = det_gemv_stage(list, 1, xp, K, B, staged);
   det_parallel_chunks(N, [&](int64_t r0, int64_t r1) { det_gemv_rows(W, in, yp, N, r0, r1); });

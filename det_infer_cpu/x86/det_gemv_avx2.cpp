@@ -69,18 +69,18 @@ DET_AVX2 void row_inputs(const float* S, const float* xp, int64_t Kp, int64_t K,
 DET_AVX2 void det_gemv_rows_avx2(const det_matrix& W, int64_t K, const float* xp, int64_t B, float* Y,
                                  int64_t ldy, int64_t r0, int64_t r1) {
   const int64_t Kp = det_staged_len(K);
-  thread_local std::vector<float> staged;
+  thread_local det_staging staging;
   thread_local std::vector<uint16_t> decoded;
-  if ((int64_t)staged.size() < Kp) staged.resize(Kp);
+  float* S = staging.get(Kp);
   if (!W.bf16 && (int64_t)decoded.size() < K) decoded.resize(K);
   for (int64_t r = r0; r < r1; ++r) {
     const uint16_t* w = W.bf16 ? W.bf16 + r * K : decoded.data();
     if (!W.bf16) det_nf4_decode_row(W, r * K, K, decoded.data());
     else if (r + 2 < r1) det_prefetch_l1(W.bf16 + (r + 2) * K, 2 * K);
-    stage_row(w, K, staged.data());
+    stage_row(w, K, S);
     int64_t b = 0;
-    for (; b + kInputs <= B; b += kInputs) row_inputs<kInputs>(staged.data(), xp + b * Kp, Kp, K, Y + b * ldy + r, ldy);
-    if (B - b == 2) row_inputs<2>(staged.data(), xp + b * Kp, Kp, K, Y + b * ldy + r, ldy);
-    if (B - b == 1) row_inputs<1>(staged.data(), xp + b * Kp, Kp, K, Y + b * ldy + r, ldy);
+    for (; b + kInputs <= B; b += kInputs) row_inputs<kInputs>(S, xp + b * Kp, Kp, K, Y + b * ldy + r, ldy);
+    if (B - b == 2) row_inputs<2>(S, xp + b * Kp, Kp, K, Y + b * ldy + r, ldy);
+    if (B - b == 1) row_inputs<1>(S, xp + b * Kp, Kp, K, Y + b * ldy + r, ldy);
   }
 }

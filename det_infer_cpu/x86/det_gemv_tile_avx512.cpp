@@ -48,8 +48,20 @@ DET_AVX512 void tile(const float* S, const float* xp, int64_t Kp, int64_t K, flo
       }
     }
   }
+  static_assert(R <= 4 && T <= 4, "det_stage_tree16 holds outputs 4i + t");
+  if (R * T < 8) {
+    for (int i = 0; i < R; ++i)
+      for (int t = 0; t < T; ++t) Y[t * ldy + i] = det_stage_tree(lo[i][t], hi[i][t]);
+    return;
+  }
+  __m512 l16[16], h16[16];  // output 4i + t; unused slots zero
+  for (int o = 0; o < 16; ++o) l16[o] = h16[o] = _mm512_setzero_ps();
   for (int i = 0; i < R; ++i)
-    for (int t = 0; t < T; ++t) Y[t * ldy + i] = det_stage_tree(lo[i][t], hi[i][t]);
+    for (int t = 0; t < T; ++t) l16[4 * i + t] = lo[i][t], h16[4 * i + t] = hi[i][t];
+  float y[16];
+  det_stage_tree16(l16, h16, y);
+  for (int i = 0; i < R; ++i)
+    for (int t = 0; t < T; ++t) Y[t * ldy + i] = y[4 * i + t];
 }
 
 // All B inputs against R staged rows, in tiles of kInputs and one smaller tile.
@@ -79,20 +91,12 @@ DET_AVX512 void stage_rows(const uint16_t* w, int64_t K, int64_t Kp, int64_t n, 
     }
 }
 
-struct AlignedFloats {  // a thread's staging area, 64-byte aligned
-  std::vector<float> v;
-  float* get(int64_t n) {
-    if ((int64_t)v.size() < n + 16) v.resize(n + 16);
-    return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t(63));
-  }
-};
-
 }  // namespace
 
 DET_AVX512 void det_gemv_rows_tile_avx512(const det_matrix& W, int64_t K, const float* xp, int64_t B, float* Y,
                                           int64_t ldy, int64_t r0, int64_t r1) {
   const int64_t Kp = det_staged_len(K);
-  thread_local AlignedFloats staging;
+  thread_local det_staging staging;
   thread_local std::vector<uint16_t> decoded;
   float* S = staging.get(kRows * Kp);
   if (!W.bf16 && (int64_t)decoded.size() < kRows * K) decoded.resize(kRows * K);

@@ -70,3 +70,26 @@ DET_AVX512 inline float det_stage_tree(__m512 lo, __m512 hi) {
   const __m512 v = _mm512_add_ps(lo, hi);                                                         // j + 16
   return det_tree_last8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));  // j + 8
 }
+
+// The same tree for 16 outputs at once: out[o] = tree of lo[o], hi[o]. Each step adds lanes j and
+// j + s of one output, as det_stage_tree does, but packs the outputs' halves together so that one
+// add serves several outputs (61 vector ops for 16 outputs instead of about 9 each plus a store).
+DET_AVX512 inline void det_stage_tree16(const __m512 (&lo)[16], const __m512 (&hi)[16], float (&out)[16]) {
+  __m512 e[8], h[4], r[2];
+  for (int k = 0; k < 8; ++k) {  // j + 16, then j + 8: outputs 2k, 2k + 1 in lanes 0-7, 8-15
+    const __m512 a = _mm512_add_ps(lo[2 * k], hi[2 * k]), b = _mm512_add_ps(lo[2 * k + 1], hi[2 * k + 1]);
+    e[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+  }
+  for (int m = 0; m < 4; ++m)  // j + 4: outputs 4m .. 4m + 3, one per 128-bit chunk
+    h[m] = _mm512_add_ps(_mm512_shuffle_f32x4(e[2 * m], e[2 * m + 1], 0x88),
+                         _mm512_shuffle_f32x4(e[2 * m], e[2 * m + 1], 0xDD));
+  for (int n = 0; n < 2; ++n)  // j + 2: chunk c, lanes 0-1: output 8n + c, lanes 2-3: output 8n + 4 + c
+    r[n] = _mm512_add_ps(_mm512_shuffle_ps(h[2 * n], h[2 * n + 1], 0x44),
+                         _mm512_shuffle_ps(h[2 * n], h[2 * n + 1], 0xEE));
+  // j + 1: lane 4c + i holds output 4i + c
+  const __m512 f = _mm512_add_ps(_mm512_shuffle_ps(r[0], r[1], 0x88), _mm512_shuffle_ps(r[0], r[1], 0xDD));
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, f);
+  for (int c = 0; c < 4; ++c)
+    for (int i = 0; i < 4; ++i) out[4 * i + c] = lanes[4 * c + i];
+}
