@@ -1,10 +1,10 @@
 // tile_ceiling.cpp: how close the batched bf16 GEMV tile (det_gemv_tile_avx512.cpp) runs to this
 // CPU's fp32 fma peak, on one core, and where the gap opens. Four groups of figures:
 //   1. the peak: 12 independent fma chains in registers (ymm and zmm; Zen 4 splits zmm in two);
-//   2. the tile's inner loop alone, as a long steady loop over L1-resident data: 3 staged weight
-//      rows x 4 staged inputs, one zmm step = 3 + 4 loads, 12 fma;
+//   2. the tile's inner loop alone, as a long steady loop over L1-resident data: 4 staged weight
+//      rows x 3 staged inputs, one zmm step = 4 + 3 loads, 12 fma;
 //   3. the kernel itself, det_gemv_rows_tile_avx512, on SmolLM2-135M's shapes: all in L1
-//      (3 rows, 3 inputs) and at batch 16 and 64 over whole matrices;
+//      (4 rows, 3 inputs) and at batch 16 and 64 over whole matrices;
 //   4. the kernel at batch 16 with its weights streamed from memory, as in a batched decode step
 //      (what the kernel's prefetch is for).
 // Row 3 below row 2 is what staging the weight rows (a transpose per 256 weights), the short last
@@ -65,28 +65,28 @@ static volatile float sink;  // keeps each loop's result alive
 PEAK_LOOP(peak_ymm, __m256, _mm256_fmadd_ps, _mm256_set1_ps)
 PEAK_LOOP(peak_zmm, __m512, _mm512_fmadd_ps, _mm512_set1_ps)
 
-// 2. The tile's inner loop, steady: one 16-accumulator step of 3 staged rows x 4 staged inputs,
+// 2. The tile's inner loop, steady: one 16-accumulator step of 4 staged rows x 3 staged inputs,
 // from 64-byte aligned rows, each loaded vector kept in a register as the kernel keeps it.
 ISA static inline __m512 in_register(__m512 v) {
   __asm__("" : "+v"(v));
   return v;
 }
 AVX512 static void steady_loop(const float* S, const float* X, int64_t Kp, long n) {
-  __m512 acc[3][4];
-  for (int i = 0; i < 3; ++i)
-    for (int b = 0; b < 4; ++b) acc[i][b] = _mm512_setzero_ps();
+  __m512 acc[4][3];
+  for (int i = 0; i < 4; ++i)
+    for (int b = 0; b < 3; ++b) acc[i][b] = _mm512_setzero_ps();
   for (long it = 0; it < n; ++it) {
     const int64_t k = (it & 15) * 16;  // walks the 16 half-steps of a 256-weight block, in L1
-    __m512 w[3];
-    for (int i = 0; i < 3; ++i) w[i] = in_register(_mm512_load_ps(S + i * Kp + k));
-    for (int b = 0; b < 4; ++b) {
+    __m512 w[4];
+    for (int i = 0; i < 4; ++i) w[i] = in_register(_mm512_load_ps(S + i * Kp + k));
+    for (int b = 0; b < 3; ++b) {
       const __m512 x = in_register(_mm512_load_ps(X + b * Kp + k));
-      for (int i = 0; i < 3; ++i) acc[i][b] = _mm512_fmadd_ps(w[i], x, acc[i][b]);
+      for (int i = 0; i < 4; ++i) acc[i][b] = _mm512_fmadd_ps(w[i], x, acc[i][b]);
     }
   }
   float s = 0;
-  for (int i = 0; i < 3; ++i)
-    for (int b = 0; b < 4; ++b) s += ((float*)&acc[i][b])[0];
+  for (int i = 0; i < 4; ++i)
+    for (int b = 0; b < 3; ++b) s += ((float*)&acc[i][b])[0];
   sink = s;
 }
 
@@ -110,10 +110,10 @@ int main() {
   };
   {
     const int64_t K = 576;
-    const auto S = inputs(3 * K), X = inputs(4 * K);
+    const auto S = inputs(4 * K), X = inputs(3 * K);
     det_staging s_area, x_area;  // aligned copies, as the kernel's staged rows and inputs are
-    float* Sa = s_area.get(3 * K);
-    float* Xa = x_area.get(4 * K);
+    float* Sa = s_area.get(4 * K);
+    float* Xa = x_area.get(3 * K);
     std::copy(S.begin(), S.end(), Sa);
     std::copy(X.begin(), X.end(), Xa);
     const double g = gflops(2.0 * 16 * 12 * 1e6, [&] { steady_loop(Sa, Xa, K, 1000000); });
@@ -122,8 +122,8 @@ int main() {
   // Groups 3 and 4. From memory: a set of matrices larger than the 32 MB L3, each call taking the
   // next one, as a batched decode step streams its weights.
   struct Shape { int64_t N, K, B; bool from_memory; const char* what; };
-  const Shape shapes[] = {{3, 576, 4, false, "kernel, 3 rows x 4 inputs, K = 576 (all in L1)"},
-                          {3, 1536, 4, false, "kernel, 3 rows x 4 inputs, K = 1536 (all in L1)"},
+  const Shape shapes[] = {{4, 576, 3, false, "kernel, 4 rows x 3 inputs, K = 576 (all in L1)"},
+                          {4, 1536, 3, false, "kernel, 4 rows x 3 inputs, K = 1536 (all in L1)"},
                           {1536, 576, 16, false, "kernel, gate/up 1536 x 576, batch 16"},
                           {576, 1536, 16, false, "kernel, down 576 x 1536, batch 16"},
                           {1536, 576, 64, false, "kernel, gate/up 1536 x 576, batch 64 (a prefill block)"},
