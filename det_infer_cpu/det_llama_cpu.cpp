@@ -20,7 +20,7 @@
 
 namespace {
 
-constexpr int64_t kRowBlock = 64;  // rows carried through the layers together (scheduling only)
+constexpr int64_t kRowBlock = 128;  // rows carried through the layers together (scheduling only)
 constexpr int64_t kMinParallelRows = 8;  // norms of fewer rows run on the calling thread
 // X staged once on the calling thread for the matrices that read it (det_gemv_stage).
 det_gemv_input stage(const det_matrix* const* W, int n, const float* X, int64_t K, int64_t B) {
