@@ -103,7 +103,11 @@ det_gemv_input det_gemv_stage(const det_matrix* const* W, int n, const float* X,
   for (int i = 0; i < n; ++i) simd = simd || gemv_isa(*W[i], K, B) != DET_ISA_REF;
   if (!simd) return in;
   float* xp = buf.get(B * det_staged_len(K));
-  det_stage_inputs(X, K, B, xp);
+#if defined(__x86_64__)
+  if (K % 8 == 0) det_stage_inputs_avx2(X, K, B, xp);  // every SIMD version needs AVX2 and K % 16 == 0
+  else
+#endif
+    det_stage_inputs(X, K, B, xp);
   in.xp = xp;
   return in;
 }

@@ -66,6 +66,8 @@ void det_gemv_rows_ref(const det_matrix& W, int64_t K, const float* X, int64_t B
 #if defined(__x86_64__)
 // The SIMD GEMVs take the inputs staged (xp: B rows of det_staged_len(K) floats, det_stage_inputs);
 // K % 16 == 0, and nf4 blocks of at least 16.
+// x86/det_gemv_avx2.cpp: det_stage_inputs with AVX2 (K % 8 == 0; the same floats).
+void det_stage_inputs_avx2(const float* X, int64_t K, int64_t B, float* xp);
 // x86/det_gemv_avx2.cpp: AVX2 + FMA, any B.
 void det_gemv_rows_avx2(const det_matrix& W, int64_t K, const float* xp, int64_t B, float* Y, int64_t ldy,
                         int64_t r0, int64_t r1);

@@ -66,6 +66,28 @@ DET_AVX2 void row_inputs(const float* S, const float* xp, int64_t Kp, int64_t K,
 
 }  // namespace
 
+// det_stage_inputs with 8 x 8 transposes: accumulators 8g .. 8g + 7's runs, one vector each, become
+// their steps 0..7; runs past K are -0 (K % 8 == 0: whole runs).
+DET_AVX2 void det_stage_inputs_avx2(const float* X, int64_t K, int64_t B, float* xp) {
+  const int64_t Kp = det_staged_len(K);
+  for (int64_t b = 0; b < B; ++b) {
+    const float* x = X + b * K;
+    float* o = xp + b * Kp;
+    for (int64_t k0 = 0; k0 < K; k0 += DET_REDUCE_BLOCK, o += DET_REDUCE_BLOCK) {
+      const int lanes = det_block_lanes(K, k0);
+      for (int g = 0; g < 4; ++g) {
+        __m256 r[8];
+        for (int j = 0; j < 8; ++j) {
+          const int l = 8 * g + j;
+          r[j] = l < lanes ? _mm256_loadu_ps(x + k0 + 8 * l) : _mm256_set1_ps(-0.0f);
+        }
+        det_transpose8(r);
+        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(o + 32 * i + 8 * g, r[i]);
+      }
+    }
+  }
+}
+
 DET_AVX2 void det_gemv_rows_avx2(const det_matrix& W, int64_t K, const float* xp, int64_t B, float* Y,
                                  int64_t ldy, int64_t r0, int64_t r1) {
   const int64_t Kp = det_staged_len(K);
