@@ -138,6 +138,10 @@ void det_attn_scores(const float* q, const float* k, int64_t stride, int64_t D, 
 
 void det_act_mul(int act, const float* gate, const float* up, float* out, int64_t n) {
 #if defined(__x86_64__)
+  if (det_cpu_isa() >= DET_ISA_AVX512) {
+    if (act == DET_ACT_SILU) return det_silu_mul_avx512(gate, up, out, n);
+    if (act == DET_ACT_GELU_TANH) return det_gelu_tanh_mul_avx512(gate, up, out, n);
+  }
   if (det_cpu_isa() >= DET_ISA_AVX2) {
     if (act == DET_ACT_SILU) return det_silu_mul_avx2(gate, up, out, n);
     if (act == DET_ACT_GELU_TANH) return det_gelu_tanh_mul_avx2(gate, up, out, n);
@@ -148,6 +152,7 @@ void det_act_mul(int act, const float* gate, const float* up, float* out, int64_
 
 void det_exp_sub(const float* s, float m, float* e, int64_t n) {
 #if defined(__x86_64__)
+  if (det_cpu_isa() >= DET_ISA_AVX512) return det_exp_sub_avx512(s, m, e, n);
   if (det_cpu_isa() >= DET_ISA_AVX2) return det_exp_sub_avx2(s, m, e, n);
 #endif
   exp_sub_ref(s, m, e, n);

@@ -86,4 +86,8 @@ void det_attn_scores_avx2(const float* q, const float* k, int64_t stride, int64_
 void det_silu_mul_avx2(const float* gate, const float* up, float* out, int64_t n);
 void det_gelu_tanh_mul_avx2(const float* gate, const float* up, float* out, int64_t n);
 void det_exp_sub_avx2(const float* s, float m, float* e, int64_t n);
+// The same with AVX-512 F + DQ (x86/det_act_avx512.cpp)
+void det_silu_mul_avx512(const float* gate, const float* up, float* out, int64_t n);
+void det_gelu_tanh_mul_avx512(const float* gate, const float* up, float* out, int64_t n);
+void det_exp_sub_avx512(const float* s, float m, float* e, int64_t n);
 #endif

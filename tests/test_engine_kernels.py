@@ -38,7 +38,7 @@ def _expected_impl(isa, K, B, dense_ok=True):
 @pytest.fixture
 def isa(di, request):
     """Caps the engine at an ISA level for one test (0 ref, 1 avx2, 2 avx512: batch-1 GEMV, bf16
-    tiles of 3 or more inputs and nf4 decode), then uncaps it."""
+    tiles of 2 or more inputs, nf4 decode, exp and the activations), then uncaps it."""
     di.ops.isa_cap(request.param)
     yield request.param
     di.ops.isa_cap(2)
@@ -138,7 +138,7 @@ def test_capped_isa_gives_the_pinned_digests(level):
     assert "6 passed" in r.stdout
 
 
-@pytest.mark.parametrize("isa", [1], indirect=True, ids=["avx2"])
+@pytest.mark.parametrize("isa", [1, 2], indirect=True, ids=["avx2", "avx512"])
 @pytest.mark.parametrize("fn", ["exp", "silu", "gelu_tanh"])
 def test_engine_activations_equal_the_contract(di, isa, fn):
     """The vectorized exp / silu / gelu-tanh of the engine against the scalar contract, bit for bit,
@@ -154,11 +154,12 @@ def test_engine_activations_equal_the_contract(di, isa, fn):
     assert torch.equal(out.view(torch.int32), di.contract.unary(x, fn).view(torch.int32))
 
 
-@pytest.mark.parametrize("isa", [1], indirect=True, ids=["avx2"])
+@pytest.mark.parametrize("isa", [1, 2], indirect=True, ids=["avx2", "avx512"])
 @pytest.mark.parametrize("fn", ["exp", "silu", "gelu_tanh"])
 def test_engine_activations_short_lengths(di, isa, fn):
-    """Lengths around the kernel's packs of 32 (the last part pack goes through a padded copy): every
-    output equals the contract, and nothing past the end of the output is written."""
+    """Lengths around the kernel's packs of 32 (AVX2) and 64 (AVX-512) lanes (the last part pack
+    goes through a padded copy): every output equals the contract, and nothing past the end of the
+    output is written."""
     x = torch.from_numpy(np.random.default_rng(5).standard_normal(200).astype(np.float32) * 30)
     for n in (1, 7, 8, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129):
         out = torch.full((n + 8,), 7.0)
@@ -167,7 +168,7 @@ def test_engine_activations_short_lengths(di, isa, fn):
         assert torch.equal(out[n:], torch.full((8,), 7.0)), n
 
 
-@pytest.mark.parametrize("isa", [0, 1], indirect=True, ids=["ref", "avx2"])
+@pytest.mark.parametrize("isa", [0, 1, 2], indirect=True, ids=["ref", "avx2", "avx512"])
 @pytest.mark.parametrize("fn", ["silu", "gelu_tanh"])
 def test_engine_activation_times_up(di, isa, fn):
     """The MLP's act(gate) * up as the engine runs it: one fp32 product of the contract's activation
