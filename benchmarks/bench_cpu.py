@@ -117,14 +117,20 @@ def _child(kind, threads, model):
     print(json.dumps(out))
 
 
+def _status_mb(field):
+    """A field of /proc/self/status in MB. VmHWM is this process's own peak: getrusage's ru_maxrss
+    is not, as Linux carries the parent's peak into a child across fork and exec (so a parent that
+    had just converted a checkpoint made every engine read the same 1444 MB)."""
+    line = next(l for l in open("/proc/self/status") if l.startswith(field + ":"))
+    return int(line.split()[1]) / 1024
+
+
 def _rss_mb():
-    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    return _status_mb("VmRSS")
 
 
 def _peak_mb():
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return _status_mb("VmHWM")
 
 
 def read_bandwidth(threads):
