@@ -47,7 +47,7 @@ def main():
     print(f"executor: {args.device} ({where}), torch {torch.__version__}")
     print("| function | inputs | max error (ulp) | correctly rounded | worst input | Mvalues/s |")
     print("|---|---|---|---|---|---|")
-    for fn in ("exp", "tanh", "silu", "gelu_tanh", "rsqrt"):
+    for fn in ("exp", "tanh", "silu", "gelu_tanh", "rsqrt", "log"):
         x = accuracy.inputs(fn, args.n)
         xt = torch.from_numpy(x).to(args.device)
         y, sec = timed(lambda: sync(di.contract.unary(xt, fn)))

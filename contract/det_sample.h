@@ -57,12 +57,12 @@ DET_HD bool det_sample_finite(float logit) { return logit - logit == 0.0f; }
 DET_HD float det_sample_scaled(float logit, const det_sample_params& p) { return det_div_f32(logit, p.temperature); }
 DET_HD float det_sample_weight(float z, float m) { return det_exp_f32(det_sub_f32(z, m)); }
 
-// Step 5: the ranks, the filters and the draw, over e (V weights) with S their canonical sum.
-// Scratch: heap, V entries.
-DET_HD int32_t det_sample_walk(const float* e, int64_t V, float S, const det_sample_params& p, int64_t position,
-                               int32_t* heap) {
+// Step 5 without the draw: the ranks and the filters over e (V weights) with S their canonical
+// sum. The kept tokens go to heap[V-1], heap[V-2], ... in rank order; returns their number n and
+// sets *c to their running sum (fl adds in rank order). Scratch: heap, V entries.
+DET_HD int64_t det_sample_keep(const float* e, int64_t V, float S, const det_sample_params& p, int32_t* heap,
+                               float* c_out) {
   const float target = p.top_p < 1.0f ? det_mul_f32(p.top_p, S) : 0.0f;
-  // Walk the ranks with a heap: kept tokens go to heap[V-1], heap[V-2], ... in rank order.
   for (int64_t i = 0; i < V; ++i) heap[i] = (int32_t)i;
   for (int64_t i = V / 2 - 1; i >= 0; --i) det_sample_sift(e, heap, V, i);
   int64_t n = 0, size = V;
@@ -77,6 +77,15 @@ DET_HD int32_t det_sample_walk(const float* e, int64_t V, float S, const det_sam
     ++n;
     if ((p.top_k > 0 && n >= p.top_k) || (p.top_p < 1.0f && c >= target)) break;
   }
+  *c_out = c;
+  return n;
+}
+
+// Step 5: the kept set (det_sample_keep), then the draw.
+DET_HD int32_t det_sample_walk(const float* e, int64_t V, float S, const det_sample_params& p, int64_t position,
+                               int32_t* heap) {
+  float c;
+  const int64_t n = det_sample_keep(e, V, S, p, heap, &c);
   const float r = det_mul_f32(det_sample_uniform(p.seed, position), c);
   float run = 0.0f;
   for (int64_t j = 0; j < n; ++j) {

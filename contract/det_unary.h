@@ -5,6 +5,7 @@
 #include "det_act.h"
 #include "det_bf16.h"
 #include "det_exp.h"
+#include "det_log.h"
 #include "det_rsqrt.h"
 
 enum det_unary_fn {
@@ -14,11 +15,12 @@ enum det_unary_fn {
   DET_UNARY_GELU_TANH = 3,
   DET_UNARY_RSQRT = 4,
   DET_UNARY_BF16_ROUND = 5,  // fp32 -> nearest bf16 -> fp32
-  DET_UNARY_COUNT = 6,
+  DET_UNARY_LOG = 6,
+  DET_UNARY_COUNT = 7,
 };
 
 static const char* const det_unary_fn_names[] = {"exp", "tanh", "silu", "gelu_tanh", "rsqrt",
-                                                 "bf16_round"};
+                                                 "bf16_round", "log"};
 static_assert(sizeof(det_unary_fn_names) / sizeof(det_unary_fn_names[0]) == DET_UNARY_COUNT,
               "one name per det_unary_fn");
 
@@ -30,6 +32,7 @@ DET_HD float det_unary_apply_f32(int fn, float x) {
     case DET_UNARY_GELU_TANH: return det_gelu_tanh_f32(x);
     case DET_UNARY_RSQRT: return det_rsqrt_f32(x);
     case DET_UNARY_BF16_ROUND: return det_bf16_to_f32(det_f32_to_bf16(x));
+    case DET_UNARY_LOG: return det_log_f32(x);
     default: return det_nan_f32();  // unreachable: callers validate fn first
   }
 }

@@ -1,6 +1,6 @@
 """Accuracy of the contract functions against independent references (docs/RESULTS.md §1).
 
-References: numpy float64 (exp, tanh, sin, cos; silu and gelu-tanh from their float64 formulas),
+References: numpy float64 (exp, tanh, log, sin, cos; silu and gelu-tanh from their float64 formulas),
 numpy longdouble for rsqrt (a different precision than the fp64 path under test). Every output
 that differs from the reference rounded to fp32 is re-judged with mpmath at 60 digits, so the
 "correctly rounded" fraction is exact and no near-midpoint case is misjudged.
@@ -29,12 +29,16 @@ _EDGES = {
     "silu": [-87.0, -88.7, -103.0, -110.0, -119.99, -120.0, -120.01, 120.0],
     "gelu_tanh": [-12.0, -11.99, 12.0, -10.0, -9.5],
     "rsqrt": [1.0, 4.0, 2.0**-149, 2.0**-126, 3.4e38],
+    # 1 and its neighbours, sqrt(2) (where m is halved) and sqrt(1/2), the subnormal edge, e, 2
+    "log": [1.0, 1.4142135, 1.4142137, 0.70710677, 0.70710683, 2.0**-126, 2.0**-149, 2.718281828,
+            2.0, 0.5, 3.4028235e38],
 }
 
 
 def _edges(fn):
     e = np.array(_EDGES[fn], dtype=np.float32)
-    return np.concatenate([e, np.nextafter(e, np.float32(np.inf)), np.nextafter(e, np.float32(-np.inf))])
+    with np.errstate(over="ignore"):  # the largest finite input's upper neighbour is inf
+        return np.concatenate([e, np.nextafter(e, np.float32(np.inf)), np.nextafter(e, np.float32(-np.inf))])
 
 
 def _uniform(rng, lo, hi, n):
@@ -64,6 +68,10 @@ def inputs(fn, n, seed=2):
     elif fn in ("silu", "gelu_tanh"):
         parts = [_uniform(rng, -12.0, 12.0, 3 * q), _uniform(rng, -130.0, 130.0, 2 * q),
                  _log_uniform(rng, -40, 7, 2 * q), _random_bits(rng, q)]
+    elif fn == "log":  # every binade, the range around 1 (where log is small), sums of exponentials
+        near_one = 1.0 + _log_uniform(rng, -24, -2, 2 * q).astype(np.float64)
+        parts = [np.abs(_random_bits(rng, 2 * q)), _uniform(rng, 0.5, 2.0, q), near_one.astype(np.float32),
+                 np.abs(_log_uniform(rng, -149, 128, 2 * q)), _uniform(rng, 1.0, 50000.0, q)]
     elif fn == "rsqrt":
         parts = [np.abs(_random_bits(rng, 4 * q)), _uniform(rng, 1e-6, 4.0, 2 * q),
                  np.abs(_log_uniform(rng, -149, 127, 2 * q))]
@@ -95,6 +103,8 @@ def reference(fn, x):
             return np.exp(d)
         if fn == "tanh":
             return np.tanh(d)
+        if fn == "log":
+            return np.log(d)
         if fn == "silu":  # limit at -inf: -0
             return np.where(d == -np.inf, -0.0, d / (1.0 + np.exp(-d)))
         if fn == "gelu_tanh":
@@ -117,6 +127,8 @@ def _mp_value(fn, x):
             return mpmath.exp(v)
         if fn == "tanh":
             return mpmath.tanh(v)
+        if fn == "log":
+            return mpmath.log(v)
         if fn == "silu":
             return v / (1 + mpmath.exp(-v))
         if fn == "gelu_tanh":

@@ -6,12 +6,12 @@ import hashlib
 import numpy as np
 import torch
 
-UNARY_FUNCTIONS = ("exp", "tanh", "silu", "gelu_tanh", "rsqrt", "bf16_round")  # det_unary_fn order
+UNARY_FUNCTIONS = ("exp", "tanh", "silu", "gelu_tanh", "rsqrt", "bf16_round", "log")  # det_unary_fn order
 UNARY_N = 1 << 17
 ANGLE_N = 1 << 16
 REDUCE_KS = (1, 7, 64, 255, 256, 257, 576, 1000, 1536)
 REDUCE_ROWS = 3
-UNARY_RANGE = ((-30, 6), (-30, 3), (-30, 7), (-30, 4), (-126, 127), (-126, 127))
+UNARY_RANGE = ((-30, 6), (-30, 3), (-30, 7), (-30, 4), (-126, 127), (-126, 127), (-126, 127))
 NAN32 = np.uint32(0x7FC00000)
 
 

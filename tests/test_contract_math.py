@@ -15,7 +15,7 @@ MAX_ULP = 1.0
 MIN_CORRECTLY_ROUNDED = 0.999
 
 
-@pytest.mark.parametrize("fn", ["exp", "tanh", "silu", "gelu_tanh", "rsqrt"])
+@pytest.mark.parametrize("fn", ["exp", "tanh", "silu", "gelu_tanh", "rsqrt", "log"])
 def test_unary_accuracy(di, fn):
     x = accuracy.inputs(fn, N_ACCURACY)
     y = di.contract.unary(torch.from_numpy(x), fn).numpy()
@@ -54,6 +54,8 @@ CANONICAL_NAN = 0x7FC00000
         ("silu", [0.0, -0.0, INF, -INF, 200.0, -200.0], [0.0, -0.0, INF, -0.0, 200.0, -0.0]),
         ("gelu_tanh", [0.0, -0.0, INF, -INF, 50.0, -50.0], [0.0, -0.0, INF, -0.0, 50.0, -0.0]),
         ("rsqrt", [0.0, -0.0, INF, 4.0, 0.25], [INF, -INF, 0.0, 0.5, 2.0]),
+        ("log", [0.0, -0.0, INF, 1.0, 2.0**-149, 2.0**127], [-INF, -INF, INF, 0.0, -149 * 0.6931471805599453,
+                                                             127 * 0.6931471805599453]),
     ],
 )
 def test_special_values(di, fn, x, expected):
@@ -61,12 +63,12 @@ def test_special_values(di, fn, x, expected):
     assert _bits(y) == _bits(torch.tensor(expected, dtype=torch.float32))
 
 
-@pytest.mark.parametrize("fn", ["exp", "tanh", "silu", "gelu_tanh", "rsqrt", "bf16_round"])
+@pytest.mark.parametrize("fn", ["exp", "tanh", "silu", "gelu_tanh", "rsqrt", "bf16_round", "log"])
 def test_nan_is_canonical(di, fn):
     nans = torch.tensor([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFFFFFFFF], dtype=torch.int64)
     x = nans.to(torch.int32).view(torch.float32)
-    if fn == "rsqrt":
-        x = torch.cat([x, torch.tensor([-1.0, -INF])])
+    if fn in ("rsqrt", "log"):
+        x = torch.cat([x, torch.tensor([-1.0, -INF, -(2.0**-149)])])
     assert set(_bits(di.contract.unary(x, fn))) == {CANONICAL_NAN}
 
 

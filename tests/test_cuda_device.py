@@ -22,7 +22,7 @@ def test_cuda_contract_digest(di):
 def test_cuda_equals_cpu_on_wide_inputs(di):
     bits = torch.randint(0, 2**32, (4_000_000,), dtype=torch.int64, generator=torch.Generator().manual_seed(1))
     x = bits.to(torch.int32).view(torch.float32)
-    for fn in ("exp", "tanh", "silu", "gelu_tanh", "rsqrt", "bf16_round"):
+    for fn in ("exp", "tanh", "silu", "gelu_tanh", "rsqrt", "bf16_round", "log"):
         cpu = di.contract.unary(x, fn)
         gpu = di.contract.unary(x.cuda(), fn).cpu()
         assert torch.equal(cpu.view(torch.int32), gpu.view(torch.int32)), fn

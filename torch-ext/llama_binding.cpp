@@ -3,11 +3,14 @@
 // every tensor against the config, and hands raw pointers to the torch-free engine.
 #include <torch/library.h>
 
+#include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../det_infer_cpu/det_fpenv.h"
 #include "../det_infer_cpu/det_llama_cpu.h"
+#include "../det_infer_cpu/det_logprob_cpu.h"
 #include "model_args.h"
 #include "torch_binding.h"
 
@@ -102,6 +105,66 @@ int64_t sample_token(const torch::Tensor& logits, double temperature, int64_t to
   return det_sample_f32(logits.data_ptr<float>(), V, p, position, e.data(), heap.data());
 }
 
+namespace {
+
+det_sample_params logprob_params(double temperature, int64_t top_k, double top_p, double min_p) {
+  TORCH_CHECK_VALUE(temperature > 0 && std::isfinite(temperature), "det-infer: logprobs need a finite temperature > 0, got ",
+                    temperature);
+  const torch::Tensor f = torch::tensor({(float)temperature, (float)top_p, (float)min_p}, torch::kFloat32);
+  const torch::Tensor i = torch::tensor({top_k, (int64_t)0}, torch::kInt64);
+  return sample_params(f, i, 1)[0];
+}
+
+}  // namespace
+
+void logprob_rows(const torch::Tensor& logits, const torch::Tensor& targets, double temperature, int64_t k,
+                  torch::Tensor& lp, torch::Tensor& rank, torch::Tensor& top_ids, torch::Tensor& top_lp) {
+  TORCH_CHECK_VALUE(logits.scalar_type() == torch::kFloat32 && logits.is_cpu() && logits.is_contiguous() &&
+                        logits.dim() == 2 && logits.size(1) >= 1,
+                    "det-infer: logprob_rows takes contiguous (n, V) float32 CPU logits");
+  const int64_t n = logits.size(0), V = logits.size(1);
+  TORCH_CHECK_VALUE(k >= 0 && k <= V, "det-infer: top_k must be in [0, ", V, "], got ", k);
+  TORCH_CHECK_VALUE(targets.scalar_type() == torch::kInt64 && targets.is_contiguous() && targets.numel() == n,
+                    "det-infer: targets must be ", n, " int64 ids");
+  const int64_t* t = targets.data_ptr<int64_t>();
+  for (int64_t r = 0; r < n; ++r)
+    TORCH_CHECK_VALUE(t[r] >= 0 && t[r] < V, "det-infer: target id ", t[r], " is outside [0, ", V, ")");
+  TORCH_CHECK_VALUE(lp.scalar_type() == torch::kFloat32 && lp.is_contiguous() && lp.numel() == n &&
+                        rank.scalar_type() == torch::kInt64 && rank.is_contiguous() && rank.numel() == n &&
+                        top_ids.scalar_type() == torch::kInt64 && top_ids.is_contiguous() && top_ids.numel() == n * k &&
+                        top_lp.scalar_type() == torch::kFloat32 && top_lp.is_contiguous() && top_lp.numel() == n * k,
+                    "det-infer: logprob_rows' outputs must be lp (n) float32, rank (n) int64, top_ids (n, k) int64, "
+                    "top_lp (n, k) float32");
+  det_cpu_logprob_rows(logits.data_ptr<float>(), n, V, t, logprob_params(temperature, 0, 1.0, 0.0), k,
+                       lp.data_ptr<float>(), rank.data_ptr<int64_t>(), top_ids.data_ptr<int64_t>(),
+                       top_lp.data_ptr<float>());
+}
+
+void log_softmax_rows(const torch::Tensor& logits, double temperature, torch::Tensor& out) {
+  TORCH_CHECK_VALUE(logits.scalar_type() == torch::kFloat32 && logits.is_cpu() && logits.is_contiguous() &&
+                        logits.dim() == 2 && logits.size(1) >= 1,
+                    "det-infer: log_softmax_rows takes contiguous (n, V) float32 CPU logits");
+  TORCH_CHECK_VALUE(out.scalar_type() == torch::kFloat32 && out.is_contiguous() && out.sizes() == logits.sizes(),
+                    "det-infer: log_softmax_rows' out must be float32 of the logits' shape");
+  det_cpu_log_softmax_rows(logits.data_ptr<float>(), logits.size(0), logits.size(1),
+                           logprob_params(temperature, 0, 1.0, 0.0), out.data_ptr<float>());
+}
+
+std::tuple<torch::Tensor, torch::Tensor> logprob_kept(const torch::Tensor& logits, double temperature, int64_t top_k,
+                                                      double top_p, double min_p) {
+  TORCH_CHECK_VALUE(logits.scalar_type() == torch::kFloat32 && logits.is_cpu() && logits.is_contiguous() &&
+                        logits.dim() == 1 && logits.numel() >= 1,
+                    "det-infer: logprob_kept takes a contiguous 1-d float32 CPU tensor of logits");
+  const int64_t V = logits.numel();
+  std::vector<int32_t> ids(V);
+  std::vector<float> lp(V);
+  const int64_t n = det_cpu_logprob_kept(logits.data_ptr<float>(), V, logprob_params(temperature, top_k, top_p, min_p),
+                                         ids.data(), lp.data());
+  torch::Tensor out_ids = torch::empty({n}, torch::kInt64), out_lp = torch::empty({n}, torch::kFloat32);
+  for (int64_t j = 0; j < n; ++j) out_ids.data_ptr<int64_t>()[j] = ids[j], out_lp.data_ptr<float>()[j] = lp[j];
+  return {out_ids, out_lp};
+}
+
 void register_llama_ops(torch::Library& ops) {
   // Forward pass of rows (token, position, cache) through a llama-family model; logits of the wanted rows.
   ops.def("mak_forward(Tensor[] weights, Tensor[] scales, int[] cfg, float eps, Tensor inv_freq, Tensor tokens, Tensor positions, "
@@ -118,4 +181,15 @@ void register_llama_ops(torch::Library& ops) {
   ops.def("sample_token(Tensor logits, float temperature, int top_k, float top_p, float min_p, int seed, "
           "int position) -> int");
   ops.impl("sample_token", torch::kCPU, &sample_token);
+  // The contract's logprobs of rows of logits (docs/SPEC.md §15.1) at a temperature: each row's
+  // target logprob and rank, and its k best ids with their logprobs.
+  ops.def("logprob_rows(Tensor logits, Tensor targets, float temperature, int k, Tensor! lp, Tensor! rank, "
+          "Tensor! top_ids, Tensor! top_lp) -> ()");
+  ops.impl("logprob_rows", torch::kCPU, &logprob_rows);
+  // The whole log-softmax of each row at a temperature.
+  ops.def("log_softmax_rows(Tensor logits, float temperature, Tensor! out) -> ()");
+  ops.impl("log_softmax_rows", torch::kCPU, &log_softmax_rows);
+  // The sampler's kept set of one row (rank order) and its renormalized logprobs.
+  ops.def("logprob_kept(Tensor logits, float temperature, int top_k, float top_p, float min_p) -> (Tensor, Tensor)");
+  ops.impl("logprob_kept", torch::kCPU, &logprob_kept);
 }

@@ -49,7 +49,7 @@ static uint16_t bf16_from(uint64_t u) {  // finite bf16, exponents -10..3
 }
 
 static const int kUnaryRange[DET_UNARY_COUNT][2] = {
-    {-30, 6}, {-30, 3}, {-30, 7}, {-30, 4}, {-126, 127}, {-126, 127}};
+    {-30, 6}, {-30, 3}, {-30, 7}, {-30, 4}, {-126, 127}, {-126, 127}, {-126, 127}};
 
 static void put(const void* p, size_t n) { fwrite(p, 1, n, stdout); }
 static void put_f32(std::vector<float> v) {  // NaNs hashed canonically (docs/SPEC.md §2.4)

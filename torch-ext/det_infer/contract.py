@@ -12,7 +12,7 @@ from ._ops import ops
 # Bumped whenever any bit of any contract function can change; recorded in certificates.
 CONTRACT_VERSION = 2
 
-UNARY_FUNCTIONS = ("exp", "tanh", "silu", "gelu_tanh", "rsqrt", "bf16_round")
+UNARY_FUNCTIONS = ("exp", "tanh", "silu", "gelu_tanh", "rsqrt", "bf16_round", "log")
 
 
 def _check_tensor(x, name, dtype):
@@ -58,6 +58,12 @@ def rsqrt(x):
     return unary(x, "rsqrt")
 
 
+def log(x):
+    """The natural logarithm, <= 1 ulp (double-float atanh series, one final rounding); x < 0 -> NaN,
+    +-0 -> -inf."""
+    return unary(x, "log")
+
+
 def bf16_round(x):
     """fp32 -> nearest bf16 (ties to even) -> fp32."""
     return unary(x, "bf16_round")
@@ -92,6 +98,23 @@ def row_sum(x: torch.Tensor) -> torch.Tensor:
     out = torch.empty(x.shape[0], dtype=torch.float32)
     ops.sum_ref(out, x)
     return out
+
+
+def log_softmax(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """The contract's log-softmax of each row of a (V,) or (n, V) fp32 CPU tensor at a temperature
+    > 0 (docs/SPEC.md §15.1): fl(d_i - log S) with d_i = fl(z_i - max z), z = logits / T, and S the
+    canonical sum of exp(d_i), the sampler's own S."""
+    x = _check_tensor(logits, "logits", torch.float32)
+    if x.dim() not in (1, 2) or x.shape[-1] < 1:
+        raise ValueError(f"det-infer: logits must be (V,) or (n, V) with V >= 1, got shape {tuple(x.shape)}")
+    if x.device.type != "cpu":
+        raise ValueError(f"det-infer: log_softmax runs on CPU tensors, got {x.device}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 < temperature < float("inf"):
+        raise ValueError(f"det-infer: temperature must be a finite number > 0, got {temperature!r}")
+    rows = x.reshape(-1, x.shape[-1])
+    out = torch.empty_like(rows)
+    ops.log_softmax_rows(rows, float(temperature), out)
+    return out.reshape(x.shape)
 
 
 def argmax(x: torch.Tensor) -> int:

@@ -489,6 +489,21 @@ class MegaModel:
         return (tokens, torch.stack(all_logits)) if return_logits else tokens
 
     @_exclusive
+    def score(self, context_ids, continuation_ids, *, top_k=0, temperature=1.0):
+        """The contract's logprob of each continuation token after the context (docs/SPEC.md
+        §15.1), whether it was the argmax and its rank, and with top_k > 0 the k best (id, logprob)
+        per position: a scoring.Score. The same bits alone or in any score_batch."""
+        return self.score_batch([(context_ids, continuation_ids)], top_k=top_k, temperature=temperature)[0]
+
+    @_exclusive
+    def score_batch(self, pairs, *, top_k=0, temperature=1.0):
+        """score() for any number of (context_ids, continuation_ids) pairs, run batch_max() at a time;
+        results in the pairs' order, each bit-identical to scoring it alone."""
+        from . import scoring
+
+        return scoring.score_pairs(self, pairs, top_k=top_k, temperature=temperature)
+
+    @_exclusive
     def teacher_forced_logits(self, ids) -> torch.Tensor:
         """(len(ids), vocab) fp32 logits of every position of ids, on a fresh state."""
         ids = self._ids(ids)

@@ -1,0 +1,110 @@
+"""Scoring continuations with the contract's logprobs (docs/SPEC.md §15.1): MegaModel.score and
+score_batch. Pairs run together in groups of up to BATCH_MAX sequences, each group's rows in pieces
+of at most LOGIT_ROWS wanted rows per native call (any split gives the same bits), so no caller
+ever sees a full (length x vocab) block of logits."""
+from dataclasses import dataclass
+
+import torch
+
+from ._ops import ops
+
+LOGIT_ROWS = 512  # wanted logit rows per native call: 512 x vocab fp32 (100 MB at vocab 49152)
+
+
+@dataclass
+class Score:
+    """Per continuation token: its fp32 logprob, whether it was the greedy choice, its rank (1 =
+    the argmax), and with top_k > 0 the k best ids and their logprobs (argmax order)."""
+    logprobs: torch.Tensor  # (n,) float32
+    greedy: torch.Tensor  # (n,) bool
+    ranks: torch.Tensor  # (n,) int64
+    top_ids: torch.Tensor  # (n, top_k) int64
+    top_logprobs: torch.Tensor  # (n, top_k) float32
+
+    @property
+    def total(self) -> float:
+        """The sum of the logprobs in float64, in token order (as lm-eval sums them)."""
+        total = 0.0
+        for v in self.logprobs.tolist():
+            total += v
+        return total
+
+    @property
+    def is_greedy(self) -> bool:
+        return bool(self.greedy.all())
+
+
+def _check_options(vocab, top_k, temperature):
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k <= vocab:
+        raise ValueError(f"det-infer: top_k must be an int in [0, {vocab}], got {top_k!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or \
+            not 0 < temperature < float("inf"):
+        raise ValueError(f"det-infer: temperature must be a finite number > 0, got {temperature!r}")
+
+
+def score_pairs(mm, pairs, top_k=0, temperature=1.0):
+    """Scores of (context_ids, continuation_ids) pairs; see MegaModel.score_batch."""
+    if not isinstance(pairs, (list, tuple)):
+        raise TypeError("det-infer: score_batch takes a list of (context_ids, continuation_ids) pairs")
+    vocab = mm.config.vocab_size
+    _check_options(vocab, top_k, temperature)
+    seqs = []
+    for i, pair in enumerate(pairs):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise TypeError(f"det-infer: pair {i} must be (context_ids, continuation_ids)")
+        ctx = mm._ids(pair[0], f"context of pair {i} (it needs at least one token to predict from)")
+        cont = mm._ids(pair[1], f"continuation of pair {i}")
+        mm._check_length(len(ctx) + len(cont) - 1)
+        seqs.append((ctx, cont))
+    out = [None] * len(seqs)
+    B = mm.batch_max()
+    for g in range(0, len(seqs), B):
+        group = list(range(g, min(g + B, len(seqs))))
+        for i, res in zip(group, _score_group(mm, [seqs[i] for i in group], top_k, float(temperature))):
+            out[i] = res
+    return out
+
+
+def _score_group(mm, seqs, top_k, temperature):
+    """One batch of sequences: each runs context + continuation[:-1]; the rows from the context's
+    last token on are wanted, each predicting the next continuation token."""
+    feeds = [ctx + cont[:-1] for ctx, cont in seqs]
+    first_wanted = [len(ctx) - 1 for ctx, _ in seqs]
+    targets_of = [ctx[1:] + cont for ctx, cont in seqs]  # the token after each fed position
+    states = [mm._new_kv(len(f)) for f in feeds]
+    cursor = [0] * len(seqs)
+    parts = [[] for _ in seqs]
+    while any(c < len(f) for c, f in zip(cursor, feeds)):
+        active = [b for b in range(len(seqs)) if cursor[b] < len(feeds[b])]
+        quota = max(1, LOGIT_ROWS // len(active))
+        tokens, positions, index, want, targets, owner = [], [], [], [], [], []
+        for b in active:
+            # All context rows not wanted, then up to `quota` wanted rows.
+            end = min(len(feeds[b]), max(cursor[b], first_wanted[b]) + quota)
+            for p in range(cursor[b], end):
+                w = p >= first_wanted[b]
+                tokens.append(feeds[b][p])
+                positions.append(p)
+                index.append(b)
+                want.append(1 if w else 0)
+                if w:
+                    targets.append(targets_of[b][p])
+                    owner.append(b)
+            cursor[b] = end
+        logits = mm._forward(tokens, positions, states, index, want).cpu()
+        n = len(targets)
+        lp, rank = torch.empty(n), torch.empty(n, dtype=torch.int64)
+        ti, tl = torch.empty((n, top_k), dtype=torch.int64), torch.empty((n, top_k))
+        ops.logprob_rows(logits, torch.tensor(targets, dtype=torch.int64), temperature, top_k, lp, rank, ti, tl)
+        for b in active:
+            rows = [j for j, o in enumerate(owner) if o == b]
+            if rows:
+                sel = torch.tensor(rows)
+                parts[b].append((lp[sel], rank[sel], ti[sel], tl[sel]))
+        for b in active:
+            states[b].length = cursor[b]
+    results = []
+    for b in range(len(seqs)):
+        lp, rank, ti, tl = (torch.cat([p[i] for p in parts[b]]) for i in range(4))
+        results.append(Score(lp, rank == 1, rank, ti, tl))
+    return results
