@@ -193,3 +193,19 @@ def test_tokenizer_of_a_real_model_directory(di):
     tok = mm.tokenizer()
     ids = tok("The capital of France is")["input_ids"]
     assert ids and tok.decode(ids) == "The capital of France is"
+
+
+def test_score_matches_transformers_float64(di, llama):
+    """Logprobs of a 120-token continuation against transformers' float64 log-softmax on the same
+    weights: the deviation is the logits' own (test_det_infer's float64 check) plus log S's."""
+    import hf_reference
+    import synthetic
+
+    mm = di.MegaModel.from_pretrained(llama, max_context=256)
+    ids = synthetic.token_sequence(160, mm.config.vocab_size, 11)
+    s = mm.score(ids[:40], ids[40:])
+    ref_logits = hf_reference.logits_float64(hf_reference.load_float64(str(llama), mm._inv_freq, mm.config), ids)
+    ref = torch.log_softmax(ref_logits[39:-1], dim=-1)[torch.arange(120), torch.tensor(ids[40:])]
+    dev = (s.logprobs.double() - ref).abs()
+    print(f"logprob deviation from float64: max {dev.max():.3g} mean {dev.mean():.3g}")
+    assert dev.max() < 1e-5 and dev.mean() < 2e-6
