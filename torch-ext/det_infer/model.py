@@ -529,6 +529,31 @@ class MegaModel:
 
         return scoring.score_pairs(self, pairs, top_k=top_k, temperature=temperature)
 
+    def generate_text(self, prompt, max_new=128, *, chat=False, stop=None, stop_on_eos=True, **sampling):
+        """Text in, text out, through the model's own tokenizer (tokenizer()). chat=True applies
+        the model's chat template to prompt (a user message, or a list of {"role", "content"}
+        messages) with the assistant's turn opened. The reply is cut before the first of the
+        `stop` strings it contains; sampling takes generate's temperature, top_k, top_p, min_p, seed."""
+        if not hasattr(self, "_tokenizer"):
+            self._tokenizer = self.tokenizer()
+        tok = self._tokenizer
+        if chat:
+            messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+            if not getattr(tok, "chat_template", None):
+                raise ValueError("det-infer: this model's tokenizer has no chat template; pass chat=False")
+            ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        elif isinstance(prompt, str):
+            ids = tok(prompt)["input_ids"]
+        else:
+            raise TypeError(f"det-infer: prompt must be a string (or, with chat=True, a list of messages), "
+                            f"got {type(prompt).__name__}")
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        if any(not isinstance(x, str) or not x for x in stops):
+            raise ValueError("det-infer: stop must be a non-empty string or a list of them")
+        text = tok.decode(self.generate(ids, max_new, stop_on_eos=stop_on_eos, **sampling), skip_special_tokens=True)
+        cut = min((i for i in (text.find(x) for x in stops) if i >= 0), default=len(text))
+        return text[:cut]
+
     @_exclusive
     def teacher_forced_logits(self, ids) -> torch.Tensor:
         """(len(ids), vocab) fp32 logits of every position of ids, on a fresh state."""
