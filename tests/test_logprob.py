@@ -231,3 +231,18 @@ def test_generate_text_with_stop_strings_and_chat(di):
     assert reply == tok.decode(mm.generate(ids, 8, stop_on_eos=True), skip_special_tokens=True)
     with pytest.raises(ValueError, match="stop"):
         mm.generate_text(prompt, max_new=2, stop=[""])
+
+
+def test_score_under_the_samplers_filters(di, llama):
+    mm = di.MegaModel.from_pretrained(llama, max_context=256)
+    ctx, cont = _pairs(mm.config.vocab_size, 1, 12)[0]
+    sampling = {"top_k": 30, "top_p": 0.9}
+    s = mm.score(ctx, cont, temperature=0.7, sampling=sampling)
+    logits = mm.teacher_forced_logits(ctx + cont)[len(ctx) - 1:-1]
+    for j, tok in enumerate(cont):
+        ids, lp = di.ops.logprob_kept(logits[j].contiguous(), 0.7, 30, 0.9, 0.0)
+        assert torch.equal(s.kept[j][0], ids) and torch.equal(_bits(s.kept[j][1]), _bits(lp))
+        expected = lp[ids.tolist().index(tok)].item() if tok in ids.tolist() else float("-inf")
+        assert s.kept_logprobs[j].item() == expected
+    with pytest.raises(ValueError, match="sampling"):
+        mm.score(ctx, cont, sampling={"top_q": 1})

@@ -515,19 +515,22 @@ class MegaModel:
         return result if len(result) > 1 else tokens
 
     @_exclusive
-    def score(self, context_ids, continuation_ids, *, top_k=0, temperature=1.0):
+    def score(self, context_ids, continuation_ids, *, top_k=0, temperature=1.0, sampling=None):
         """The contract's logprob of each continuation token after the context (docs/SPEC.md
         §15.1), whether it was the argmax and its rank, and with top_k > 0 the k best (id, logprob)
-        per position: a scoring.Score. The same bits alone or in any score_batch."""
-        return self.score_batch([(context_ids, continuation_ids)], top_k=top_k, temperature=temperature)[0]
+        per position: a scoring.Score. sampling={"top_k", "top_p", "min_p"} adds the sampler's kept
+        set per position and each token's renormalized logprob in it. The same bits alone or in any
+        score_batch."""
+        return self.score_batch([(context_ids, continuation_ids)], top_k=top_k, temperature=temperature,
+                                sampling=sampling)[0]
 
     @_exclusive
-    def score_batch(self, pairs, *, top_k=0, temperature=1.0):
+    def score_batch(self, pairs, *, top_k=0, temperature=1.0, sampling=None):
         """score() for any number of (context_ids, continuation_ids) pairs, run batch_max() at a time;
         results in the pairs' order, each bit-identical to scoring it alone."""
         from . import scoring
 
-        return scoring.score_pairs(self, pairs, top_k=top_k, temperature=temperature)
+        return scoring.score_pairs(self, pairs, top_k=top_k, temperature=temperature, sampling=sampling)
 
     def generate_text(self, prompt, max_new=128, *, chat=False, stop=None, stop_on_eos=True, **sampling):
         """Text in, text out, through the model's own tokenizer (tokenizer()). chat=True applies

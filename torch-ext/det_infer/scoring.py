@@ -20,6 +20,10 @@ class Score:
     ranks: torch.Tensor  # (n,) int64
     top_ids: torch.Tensor  # (n, top_k) int64
     top_logprobs: torch.Tensor  # (n, top_k) float32
+    # With sampling={...}: the sampler's kept set per position (ids in rank order, their
+    # renormalized logprobs) and each token's logprob in it (-inf when it was not kept).
+    kept: list = None
+    kept_logprobs: torch.Tensor = None
 
     @property
     def total(self) -> float:
@@ -42,12 +46,28 @@ def _check_options(vocab, top_k, temperature):
         raise ValueError(f"det-infer: temperature must be a finite number > 0, got {temperature!r}")
 
 
-def score_pairs(mm, pairs, top_k=0, temperature=1.0):
+def _check_sampling(sampling):
+    """sampling: None, or a dict of the sampler's filters top_k, top_p, min_p (defaults: off)."""
+    if sampling is None:
+        return None
+    if not isinstance(sampling, dict) or set(sampling) - {"top_k", "top_p", "min_p"}:
+        raise ValueError(f"det-infer: sampling must be a dict of top_k, top_p, min_p, got {sampling!r}")
+    k, p, m = sampling.get("top_k", 0), sampling.get("top_p", 1.0), sampling.get("min_p", 0.0)
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < 2**31:
+        raise ValueError(f"det-infer: sampling top_k must be an int >= 0 (0: off), got {k!r}")
+    for name, v, ok in (("top_p", p, lambda v: 0 < v <= 1), ("min_p", m, lambda v: 0 <= v <= 1)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not ok(v):
+            raise ValueError(f"det-infer: sampling {name} out of range, got {v!r}")
+    return int(k), float(p), float(m)
+
+
+def score_pairs(mm, pairs, top_k=0, temperature=1.0, sampling=None):
     """Scores of (context_ids, continuation_ids) pairs; see MegaModel.score_batch."""
     if not isinstance(pairs, (list, tuple)):
         raise TypeError("det-infer: score_batch takes a list of (context_ids, continuation_ids) pairs")
     vocab = mm.config.vocab_size
     _check_options(vocab, top_k, temperature)
+    filters = _check_sampling(sampling)
     seqs = []
     for i, pair in enumerate(pairs):
         if not isinstance(pair, (list, tuple)) or len(pair) != 2:
@@ -60,12 +80,12 @@ def score_pairs(mm, pairs, top_k=0, temperature=1.0):
     B = mm.batch_max()
     for g in range(0, len(seqs), B):
         group = list(range(g, min(g + B, len(seqs))))
-        for i, res in zip(group, _score_group(mm, [seqs[i] for i in group], top_k, float(temperature))):
+        for i, res in zip(group, _score_group(mm, [seqs[i] for i in group], top_k, float(temperature), filters)):
             out[i] = res
     return out
 
 
-def _score_group(mm, seqs, top_k, temperature):
+def _score_group(mm, seqs, top_k, temperature, filters):
     """One batch of sequences: each runs context + continuation[:-1]; the rows from the context's
     last token on are wanted, each predicting the next continuation token."""
     feeds = [ctx + cont[:-1] for ctx, cont in seqs]
@@ -96,18 +116,31 @@ def _score_group(mm, seqs, top_k, temperature):
         lp, rank = torch.empty(n), torch.empty(n, dtype=torch.int64)
         ti, tl = torch.empty((n, top_k), dtype=torch.int64), torch.empty((n, top_k))
         ops.logprob_rows(logits, torch.tensor(targets, dtype=torch.int64), temperature, top_k, lp, rank, ti, tl)
+        kept = [ops.logprob_kept(logits[j], temperature, *filters) for j in range(n)] if filters else [None] * n
         for b in active:
             rows = [j for j, o in enumerate(owner) if o == b]
             if rows:
                 sel = torch.tensor(rows)
-                parts[b].append((lp[sel], rank[sel], ti[sel], tl[sel]))
+                parts[b].append((lp[sel], rank[sel], ti[sel], tl[sel], [kept[j] for j in rows],
+                                 [targets[j] for j in rows]))
         for b in active:
             states[b].length = cursor[b]
     results = []
     for b in range(len(seqs)):
         lp, rank, ti, tl = (torch.cat([p[i] for p in parts[b]]) for i in range(4))
-        results.append(Score(lp, rank == 1, rank, ti, tl))
+        res = Score(lp, rank == 1, rank, ti, tl)
+        if filters:
+            res.kept = [k for p in parts[b] for k in p[4]]
+            tgt = [t for p in parts[b] for t in p[5]]
+            res.kept_logprobs = torch.tensor([_in_kept(k, t) for k, t in zip(res.kept, tgt)], dtype=torch.float32)
+        results.append(res)
     return results
+
+
+def _in_kept(kept, token):
+    ids, lp = kept
+    hit = (ids == token).nonzero()
+    return lp[hit[0, 0]].item() if len(hit) else float("-inf")
 
 
 def chosen_logprobs(logits, tokens, sample_f, sample_i, b):
@@ -117,12 +150,8 @@ def chosen_logprobs(logits, tokens, sample_f, sample_i, b):
     n = len(tokens)
     if sample_f.numel() and sample_f[b, 0].item() > 0:
         (t, p, m), (k, _) = sample_f[b].tolist(), sample_i[b].tolist()
-        out = torch.empty(n)
-        for j, tok in enumerate(tokens):
-            ids, lp = ops.logprob_kept(logits[j].contiguous(), t, k, p, m)
-            hit = (ids == tok).nonzero()
-            out[j] = lp[hit[0, 0]] if len(hit) else float("-inf")
-        return out
+        return torch.tensor([_in_kept(ops.logprob_kept(logits[j].contiguous(), t, k, p, m), tok)
+                             for j, tok in enumerate(tokens)], dtype=torch.float32)
     lp, rank = torch.empty(n), torch.empty(n, dtype=torch.int64)
     ops.logprob_rows(logits.contiguous(), torch.tensor(tokens, dtype=torch.int64), 1.0, 0, lp, rank,
                      torch.empty(0, dtype=torch.int64), torch.empty(0))
