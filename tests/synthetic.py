@@ -166,3 +166,25 @@ def write_checkpoint(family, directory, seed=0, **changes):
 def token_sequence(n, vocab, seed):
     """A fixed pseudo-random token sequence (avoiding ids 0..2)."""
     return [int(3 + v % (vocab - 3)) for v in splitmix64(seed, n)]
+
+
+BYTE_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]  # ids 0..3, then the 256 byte-level symbols: 260 in all
+
+
+def write_byte_tokenizer(directory):
+    """A byte-level tokenizer (one token per UTF-8 byte, no merges) with a small chat template, saved
+    as a Hugging Face tokenizer in directory: text for a synthetic model with vocab_size 260 (bos 1,
+    eos 2, as CONFIGS), with no download."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    symbols = BYTE_TOKENS + sorted(pre_tokenizers.ByteLevel.alphabet())
+    core = Tokenizer(models.BPE(vocab={s: i for i, s in enumerate(symbols)}, merges=[], unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                  pad_token="<pad>")
+    tok.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}<assistant>{% endif %}")
+    tok.save_pretrained(str(directory))
+    return directory

@@ -10,9 +10,10 @@ Load it as a Hugging Face kernel:
     tokens = mm.generate(prompt_ids, max_new=128)
 
 `di.contract` exposes the IEEE-only math every executor shares, `di.rope` the exact rope frequency
-tables (docs/SPEC.md), and `di.certificate` makes and verifies replayable generation certificates.
+tables (docs/SPEC.md), `di.certificate` makes and verifies replayable generation certificates, and
+`di.lm_eval.DetInferLM` is the lm-evaluation-harness model (needs lm-eval).
 """
-from . import certificate, contract, rope
+from . import certificate, contract, lm_eval, rope, text
 from ._ops import add_op_namespace_prefix, ops
 from .config import ModelConfig
 from .model import KVState, MegaModel
@@ -20,4 +21,4 @@ from .model import KVState, MegaModel
 CONTRACT_VERSION = contract.CONTRACT_VERSION
 
 __all__ = ["CONTRACT_VERSION", "KVState", "MegaModel", "ModelConfig", "add_op_namespace_prefix", "certificate",
-           "contract", "ops", "rope"]
+           "contract", "lm_eval", "ops", "rope", "text"]

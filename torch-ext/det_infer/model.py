@@ -536,7 +536,8 @@ class MegaModel:
         """Text in, text out, through the model's own tokenizer (tokenizer()). chat=True applies
         the model's chat template to prompt (a user message, or a list of {"role", "content"}
         messages) with the assistant's turn opened. The reply is cut before the first of the
-        `stop` strings it contains; sampling takes generate's temperature, top_k, top_p, min_p, seed."""
+        `stop` strings it contains, and generation ends there (text.py); sampling takes generate's
+        temperature, top_k, top_p, min_p, seed."""
         if not hasattr(self, "_tokenizer"):
             self._tokenizer = self.tokenizer()
         tok = self._tokenizer
@@ -550,12 +551,11 @@ class MegaModel:
         else:
             raise TypeError(f"det-infer: prompt must be a string (or, with chat=True, a list of messages), "
                             f"got {type(prompt).__name__}")
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        if any(not isinstance(x, str) or not x for x in stops):
-            raise ValueError("det-infer: stop must be a non-empty string or a list of them")
-        text = tok.decode(self.generate(ids, max_new, stop_on_eos=stop_on_eos, **sampling), skip_special_tokens=True)
-        cut = min((i for i in (text.find(x) for x in stops) if i >= 0), default=len(text))
-        return text[:cut]
+        from . import text
+
+        decode = lambda t: tok.decode(t, skip_special_tokens=True)  # noqa: E731
+        return text.generate_until(self, [self._ids(ids)], max_new, decode, text.check_stops(stop),
+                                   stop_on_eos=stop_on_eos, **sampling)[0][1]
 
     @_exclusive
     def teacher_forced_logits(self, ids) -> torch.Tensor:
