@@ -175,6 +175,13 @@ def test_generate_returns_the_chosen_tokens_logprobs(di, llama, sampling):
     # the logprobs of a batch member equal its own
     batch = mm.generate_batch([prompt, prompt[:3]], max_new=6, return_logprobs=True, **sampling)
     assert batch[0][0] == tokens and torch.equal(_bits(batch[1][0]), _bits(lps))
+    # without return_logits they come from teacher forcing: the same bits as from the step logits,
+    # with greedy and sampled sequences mixed in one batch
+    mixed = dict(temperature=[0.0, 0.8], top_k=20, top_p=0.9, seed=5)
+    toks, logits2, ref = mm.generate_batch([prompt, prompt[:3]], max_new=6, return_logits=True,
+                                           return_logprobs=True, **mixed)
+    got = mm.generate_batch([prompt, prompt[:3]], max_new=6, return_logprobs=True, **mixed)
+    assert got[0] == toks and all(torch.equal(_bits(a), _bits(b)) for a, b in zip(got[1], ref))
 
 
 def test_tokenizer_of_a_model_directory(di, llama):

@@ -448,8 +448,7 @@ class MegaModel:
         dev = self.device
         out = torch.empty((B, max_new), dtype=torch.int32, device=dev)
         lengths = torch.empty(B, dtype=torch.int64, device=dev)
-        keep_logits = return_logits or return_logprobs
-        step_logits = torch.empty((B, max_new, V) if keep_logits else (0,), dtype=torch.float32, device=dev)
+        step_logits = torch.empty((B, max_new, V) if return_logits else (0,), dtype=torch.float32, device=dev)
         args = (self._weights, self._scales, self._cfg_ints, self.config.rms_norm_eps, self._inv_freq,
                 torch.tensor([t for p in prompts for t in p], dtype=torch.int32),
                 torch.tensor(offsets, dtype=torch.int64), torch.zeros(B, dtype=torch.int64),
@@ -467,8 +466,11 @@ class MegaModel:
         if return_logprobs:
             from . import scoring
 
-            result += ([scoring.chosen_logprobs(step_logits[b, : lengths[b]].cpu(), streams[b], sample_f, sample_i, b)
-                        for b in range(B)],)
+            if return_logits:
+                result += ([scoring.chosen_logprobs(step_logits[b, : lengths[b]].cpu(), streams[b], sample_f,
+                                                    sample_i, b) for b in range(B)],)
+            else:  # teacher-forced: the same logits (prefill = decode), never a (B, steps, vocab) block
+                result += (scoring.generated_logprobs(self, prompts, streams, sample_f, sample_i),)
         return result if len(result) > 1 else streams
 
     @_exclusive

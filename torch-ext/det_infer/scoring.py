@@ -140,13 +140,42 @@ def _in_kept(kept, token):
     return lp[hit[0, 0]].item() if len(hit) else float("-inf")
 
 
+def _sampling_of(sample_f, sample_i, b):
+    """(temperature, top_k, top_p, min_p) of sequence b, or None when it is greedy."""
+    if sample_f.numel() and sample_f[b, 0].item() > 0:
+        (t, p, m), (k, _) = sample_f[b].tolist(), sample_i[b].tolist()
+        return t, int(k), p, m
+    return None
+
+
+def generated_logprobs(mm, prompts, streams, sample_f, sample_i):
+    """chosen_logprobs of each generated stream, from its teacher-forced logits (the same bits as the
+    generation's: prefill and decode agree, docs/SPEC.md §13): score_pairs on (prompt, stream),
+    grouped by sampling settings, so at most LOGIT_ROWS logit rows exist at a time."""
+    groups = {}
+    for b in range(len(prompts)):
+        groups.setdefault(_sampling_of(sample_f, sample_i, b), []).append(b)
+    out = [None] * len(prompts)
+    for params, members in groups.items():
+        pairs = [(prompts[b], streams[b]) for b in members]
+        if params is None:
+            scores = score_pairs(mm, pairs)
+        else:
+            t, k, p, m = params
+            scores = score_pairs(mm, pairs, temperature=t, sampling={"top_k": k, "top_p": p, "min_p": m})
+        for b, sc in zip(members, scores):
+            out[b] = sc.logprobs if params is None else sc.kept_logprobs
+    return out
+
+
 def chosen_logprobs(logits, tokens, sample_f, sample_i, b):
     """(steps,) fp32 logprobs of the generated tokens of sequence b: with sampling (sample_f row b
     at temperature > 0) the kept set's renormalized logprob at that temperature, else the plain
     log-softmax at temperature 1."""
     n = len(tokens)
-    if sample_f.numel() and sample_f[b, 0].item() > 0:
-        (t, p, m), (k, _) = sample_f[b].tolist(), sample_i[b].tolist()
+    params = _sampling_of(sample_f, sample_i, b)
+    if params is not None:
+        t, k, p, m = params
         return torch.tensor([_in_kept(ops.logprob_kept(logits[j].contiguous(), t, k, p, m), tok)
                              for j, tok in enumerate(tokens)], dtype=torch.float32)
     lp, rank = torch.empty(n), torch.empty(n, dtype=torch.int64)
