@@ -13,6 +13,7 @@ stops (text.py). The kernel imports only stdlib and torch at module level, so lm
 when DetInferLM is first looked up; the class is built then, from lm-eval's TemplateLM.
 """
 import collections
+import logging
 
 from . import text
 from .model import BATCH_MAX, MAX_POSITIONS, MegaModel
@@ -65,17 +66,17 @@ def parse_batch_size(batch_size, max_batch_size=None):
     return min(batch_size, cap)
 
 
-def sampling_seeds(requests, base_seed):
-    """A seed per generate_until request: base_seed + k for the k-th copy of an identical (context,
-    generation arguments) request, so lm-eval's repeats draw different samples while every seed
-    depends only on the request list, never on how it is batched."""
+def repeat_indices(requests):
+    """k for each generate_until request: the number of identical (context, generation arguments)
+    requests before it in the list. A sampled request draws with seed + k, so lm-eval's repeats
+    give different samples while every seed depends only on the request list, never on batching."""
     seen = collections.Counter()
-    seeds = []
+    out = []
     for context, gen_kwargs in requests:
-        key = (context, repr(sorted(gen_kwargs.items())))
-        seeds.append((base_seed + seen[key]) % 2**64)
+        key = (context, repr(sorted(gen_kwargs.items())) if isinstance(gen_kwargs, dict) else repr(gen_kwargs))
+        out.append(seen[key])
         seen[key] += 1
-    return seeds
+    return out
 
 
 class _DetInferMethods:
@@ -134,11 +135,11 @@ class _DetInferMethods:
     def tok_encode(self, string, add_special_tokens=None, left_truncate_len=None, **kwargs):
         """The tokenizer's ids for string (lm-eval HFLM's rules: add_bos_token when set, and no
         second BOS when the string already starts with one), the last left_truncate_len of them."""
-        if add_special_tokens is None and self.add_bos_token is not None:
-            add_special_tokens = self.add_bos_token
         bos = self.tokenizer.bos_token
         if add_special_tokens is None and bos and string.startswith(bos):
             add_special_tokens = False
+        elif add_special_tokens is None and self.add_bos_token is not None:
+            add_special_tokens = self.add_bos_token
         kw = {} if add_special_tokens is None else {"add_special_tokens": add_special_tokens}
         ids = self.tokenizer.encode(string, **kw)
         return ids[-left_truncate_len:] if left_truncate_len else ids
@@ -158,25 +159,38 @@ class _DetInferMethods:
         except jinja2.exceptions.TemplateError:  # templates without a system role (as HFLM does)
             return render([m for m in chat_history if m["role"] != "system"])
 
+    @property
+    def eos_text(self):
+        return self.tok_decode([self.eot_token_id], skip_special_tokens=False)
+
+    def _warn_truncated(self, count, what, limit):
+        if count:
+            logging.getLogger("det_infer").warning("det-infer: %d %s were cut on the left to fit %s (%d)",
+                                                   count, what, limit, self.max_length)
+
     # ---- loglikelihood ----------------------------------------------------------------------------
     def _loglikelihood_tokens(self, requests, disable_tqdm=False, **kwargs):
         """(sum of logprobs, is_greedy) per (cache key, context ids, continuation ids), the context
         cut on the left to fit max_length as HFLM does; score_batch in batches of batch_size."""
         from tqdm import tqdm
 
-        pairs = []
+        pairs, truncated = [], 0
         for key, ctx, cont in requests:
             if not cont:
                 raise ValueError(f"det-infer: request {key!r} has an empty continuation: nothing to score")
             if len(cont) > self.max_length:
                 raise ValueError(f"det-infer: a continuation of {len(cont)} tokens exceeds max_length "
                                  f"{self.max_length}")
-            whole = (list(ctx) + list(cont))[-(self.max_length + 1):]
+            whole = list(ctx) + list(cont)
+            truncated += len(whole) > self.max_length + 1
+            whole = whole[-(self.max_length + 1):]
             pairs.append((whole[: len(whole) - len(cont)], cont))
+        self._warn_truncated(truncated, "loglikelihood contexts", "max_length")
         results = []
         with tqdm(total=len(pairs), disable=disable_tqdm, desc="det-infer loglikelihood") as bar:
             for i in range(0, len(pairs), self.batch_size):
-                for (key, _, _), score in zip(requests[i:], self.mm.score_batch(pairs[i: i + self.batch_size])):
+                batch = slice(i, i + self.batch_size)
+                for (key, _, _), score in zip(requests[batch], self.mm.score_batch(pairs[batch])):
                     answer = (score.total, score.is_greedy)
                     if key is not None:
                         self.cache_hook.add_partial("loglikelihood", key, answer)
@@ -205,38 +219,57 @@ class _DetInferMethods:
         return totals
 
     # ---- generation -----------------------------------------------------------------------------
-    def _generation_job(self, i, context, gen_kwargs, seed):
-        """(ids, max_new, stop strings, sampling) of one generate_until request."""
+    def _generation_job(self, i, context, gen_kwargs, k):
+        """(ids, max_new, stop strings, sampling, whether the context was cut) of generate_until
+        request i, checked in full before anything runs; k from repeat_indices."""
+        try:
+            return self._parse_generation(context, gen_kwargs, k)
+        except (TypeError, ValueError) as e:
+            msg = str(e).removeprefix("det-infer: ")
+            raise type(e)(f"det-infer: generate_until request {i} ({gen_kwargs!r}): {msg}") from None
+
+    def _parse_generation(self, context, gen_kwargs, k):
         from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 
         if not isinstance(gen_kwargs, dict):
-            raise TypeError(f"det-infer: request {i}'s generation arguments must be a dict, got {gen_kwargs!r}")
+            raise TypeError(f"generation arguments must be a dict, got {type(gen_kwargs).__name__}")
+        if not isinstance(context, str):
+            raise TypeError(f"the context must be a string, got {type(context).__name__}")
+        until = gen_kwargs.get("until")
+        if until is not None and not isinstance(until, (str, list)):
+            raise TypeError(f"until must be a string or a list of strings, got {until!r}")
         kw = dict(normalize_gen_kwargs(gen_kwargs, self.max_gen_toks))
-        until = handle_stop_sequences(kw.pop("until", None), eos=self.tok_decode([self.eot_token_id], False))
+        stops = text.check_stops([s for s in handle_stop_sequences(kw.pop("until", None), eos=self.eos_text) if s])
         max_new = kw.pop("max_gen_toks")
-        do_sample, temperature = kw.pop("do_sample", False), float(kw.pop("temperature", 0.0))
-        sampling = {"temperature": temperature if do_sample else 0.0,
-                    "top_k": int(kw.pop("top_k", 0) or 0), "top_p": float(kw.pop("top_p", 1.0)),
-                    "min_p": float(kw.pop("min_p", 0.0)), "seed": kw.pop("seed", seed)}
+        if not 1 <= max_new < self.max_length:
+            raise ValueError(f"max_gen_toks {max_new} must be in [1, max_length {self.max_length})")
+        do_sample, temperature = kw.pop("do_sample"), float(kw.pop("temperature", 0.0))
+        if do_sample and not temperature > 0:
+            raise ValueError(f"do_sample=True needs a temperature > 0, got {temperature!r}")
+        seed = kw.pop("seed", self.seed)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed must be an int, got {seed!r}")
+        sampling = {"temperature": temperature if do_sample else 0.0, "top_k": kw.pop("top_k", 0),
+                    "top_p": kw.pop("top_p", 1.0), "min_p": kw.pop("min_p", 0.0), "seed": (seed + k) % 2**64}
         if kw:
-            raise ValueError(f"det-infer: unsupported generation argument(s) {', '.join(sorted(kw))} in request "
-                             f"{i}; supported: {', '.join(GEN_KWARGS)} (and lm-eval's aliases of max_gen_toks)")
-        if max_new < 1 or max_new >= self.max_length:
-            raise ValueError(f"det-infer: max_gen_toks {max_new} must be in [1, max_length {self.max_length})")
-        ids = self.tok_encode(context, left_truncate_len=self.max_length - max_new) or [self.prefix_token_id]
-        return ids, max_new, [s for s in until if s], sampling
+            raise ValueError(f"unsupported generation argument(s) {', '.join(sorted(kw))}; supported: "
+                             f"{', '.join(GEN_KWARGS)} (and lm-eval's aliases of max_gen_toks)")
+        self.mm._sampling(1, **sampling)  # the sampler's own range checks
+        ids = self.tok_encode(context)
+        room = self.max_length - max_new
+        return ids[-room:] or [self.prefix_token_id], max_new, stops, sampling, len(ids) > room
 
     def generate_until(self, requests, disable_tqdm=False):
         """Each request's continuation, cut before its first stop string: greedy, or seeded
-        sampling with do_sample=True (seeds from sampling_seeds); batches of batch_size sharing
+        sampling with do_sample=True (seed + k, repeat_indices); batches of batch_size sharing
         max_gen_toks and stop strings."""
         from tqdm import tqdm
 
         args = [r.args for r in requests]
-        seeds = sampling_seeds(args, self.seed)
-        jobs = [self._generation_job(i, c, g, s) for i, ((c, g), s) in enumerate(zip(args, seeds))]
+        jobs = [self._generation_job(i, c, g, k) for i, ((c, g), k) in enumerate(zip(args, repeat_indices(args)))]
+        self._warn_truncated(sum(j[4] for j in jobs), "generate_until contexts", "max_length - max_gen_toks")
         groups = collections.defaultdict(list)
-        for i, (_, max_new, stops, _) in enumerate(jobs):
+        for i, (_, max_new, stops, _, _) in enumerate(jobs):
             groups[(max_new, tuple(stops))].append(i)
         out = [None] * len(jobs)
         with tqdm(total=len(jobs), disable=disable_tqdm, desc="det-infer generate_until") as bar:

@@ -27,7 +27,8 @@ class Score:
 
     @property
     def total(self) -> float:
-        """The sum of the logprobs in float64, in token order (as lm-eval sums them)."""
+        """The sum of the logprobs in float64, in token order (lm-eval's HFLM sums in the model's
+        dtype; a float64 sum rounds far less, the same way on every machine)."""
         return sum(self.logprobs.tolist(), 0.0)
 
     @property

@@ -9,7 +9,8 @@ position (docs/SPEC.md §15), so the tokens are those of one long generation, wh
 """
 
 FIRST_CHUNK = 16
-SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "seed")
+SAMPLING_DEFAULTS = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "seed": 0}  # generate_batch's
+SAMPLING_KEYS = tuple(SAMPLING_DEFAULTS)
 
 
 def chunk_schedule(max_new):
@@ -47,9 +48,11 @@ def generate_until(mm, prompts, max_new, decode, stops, *, stop_on_eos=True, **s
                         f"supported: {', '.join(SAMPLING_KEYS)}")
     n = len(prompts)
     per_prompt = {k: (list(v) if isinstance(v, (list, tuple)) else [v] * n) for k, v in sampling.items()}
-    for k, v in per_prompt.items():
-        if len(v) != n:
-            raise ValueError(f"det-infer: {k} has {len(v)} values for {n} prompts")
+    mm._sampling(n, **{**SAMPLING_DEFAULTS, **sampling})  # every check up front, not a chunk later
+    prompts = [mm._ids(p, f"prompt {i}") for i, p in enumerate(prompts)]
+    for p in prompts:
+        mm._check_length(len(p) + max_new)
+    eos = set(mm.config.eos_token_ids) if stop_on_eos else set()
     tokens = [[] for _ in range(n)]
     texts = [None] * n
     active = list(range(n))
@@ -63,7 +66,8 @@ def generate_until(mm, prompts, max_new, decode, stops, *, stop_on_eos=True, **s
             tokens[i] += stream
             text = decode(tokens[i])
             cut = cut_at_stops(text, stops)
-            if len(cut) < len(text) or len(stream) < size or len(tokens[i]) >= max_new:
+            ended = len(stream) < size or stream[-1] in eos  # EOS, possibly the chunk's last token
+            if len(cut) < len(text) or ended or len(tokens[i]) >= max_new:
                 texts[i] = cut
             else:
                 still.append(i)
