@@ -12,14 +12,26 @@
 #include "../contract/det_llama_model.h"
 #include "../contract/det_rsqrt.h"
 
-// The integer config (torch-ext/det_infer/config.py, LLAMA_CFG_FIELDS), then (pairs, half) per rope
-// table, then (window, rope table, head_dim, inter, kv_source) per layer.
-enum {
-  CFG_HIDDEN, CFG_LAYERS, CFG_HEADS, CFG_KV_HEADS, CFG_HEAD_DIM, CFG_INTER, CFG_VOCAB, CFG_ROPE_TABLES,
-  CFG_QK_NORM, CFG_TIED, CFG_OUT_NORMS, CFG_ACT, CFG_ATTN_SCALE_DIM, CFG_EMBED_SCALE, CFG_V_NORM, CFG_PLE_DIM,
-  CFG_SOFTCAP, CFG_LAYER_SCALARS, CFG_COUNT
-};
-enum { CFG_PER_TABLE = 2, CFG_PER_LAYER = 5 };
+// The integer config, one table for both sides: these names are config.py's LLAMA_CFG_FIELDS,
+// ROPE_TABLE_FIELDS and LAYER_FIELDS, in this order (tests/test_model_api.py reads this file and
+// checks that they agree). The model fields, then per rope table its fields, then per layer its.
+#define DET_CFG_FIELDS(X)                                                                                   \
+  X(CFG_HIDDEN, "hidden_size") X(CFG_LAYERS, "num_hidden_layers") X(CFG_HEADS, "num_attention_heads")       \
+  X(CFG_KV_HEADS, "num_key_value_heads") X(CFG_HEAD_DIM, "max_head_dim")                                    \
+  X(CFG_INTER, "max_intermediate_size") X(CFG_VOCAB, "vocab_size") X(CFG_ROPE_TABLES, "rope_tables")         \
+  X(CFG_QK_NORM, "qk_norm") X(CFG_TIED, "tie_word_embeddings") X(CFG_OUT_NORMS, "out_norms") X(CFG_ACT, "act") \
+  X(CFG_ATTN_SCALE_DIM, "attn_scale_dim") X(CFG_EMBED_SCALE, "embed_scale") X(CFG_V_NORM, "v_norm")          \
+  X(CFG_PLE_DIM, "ple_dim") X(CFG_SOFTCAP, "final_softcap") X(CFG_LAYER_SCALARS, "layer_scalars")
+#define DET_CFG_TABLE_FIELDS(X) X(TAB_PAIRS, "pairs") X(TAB_PAIR_OFFSET, "pair_offset")
+#define DET_CFG_LAYER_FIELDS(X)                                                                             \
+  X(LAY_WINDOW, "window") X(LAY_ROPE_TABLE, "rope_table") X(LAY_HEAD_DIM, "head_dim")                        \
+  X(LAY_INTER, "intermediate_size") X(LAY_KV_SOURCE, "kv_source")
+
+#define DET_CFG_ENUM(e, name) e,
+enum { DET_CFG_FIELDS(DET_CFG_ENUM) CFG_COUNT };
+enum { DET_CFG_TABLE_FIELDS(DET_CFG_ENUM) CFG_PER_TABLE };
+enum { DET_CFG_LAYER_FIELDS(DET_CFG_ENUM) CFG_PER_LAYER };
+#undef DET_CFG_ENUM
 
 // Whether cfg has the right length for its layer and table counts, every field non-negative.
 inline bool det_cfg_well_formed(const int64_t* cfg, size_t n) {
@@ -47,7 +59,7 @@ void det_model_from_cfg(const int64_t* cfg, det_llama_model& m, std::vector<det_
   const int64_t* tab = cfg + CFG_COUNT;
   m.rope_pairs = 0;
   for (int64_t t = 0; t < m.rope_tables; ++t) {
-    m.rope[t] = {tab[CFG_PER_TABLE * t], tab[CFG_PER_TABLE * t + 1], m.rope_pairs};
+    m.rope[t] = {tab[CFG_PER_TABLE * t + TAB_PAIRS], tab[CFG_PER_TABLE * t + TAB_PAIR_OFFSET], m.rope_pairs};
     m.rope_pairs += m.rope[t].pairs;
   }
   const bool qk = cfg[CFG_QK_NORM] != 0, tied = cfg[CFG_TIED] != 0, out_norms = cfg[CFG_OUT_NORMS] != 0;
@@ -68,7 +80,8 @@ void det_model_from_cfg(const int64_t* cfg, det_llama_model& m, std::vector<det_
   for (int64_t l = 0; l < m.n_layers; ++l) {
     det_llama_layer& L = layers[l];
     const int64_t* c = per + CFG_PER_LAYER * l;
-    L.window = c[0], L.rope_table = c[1], L.head_dim = c[2], L.inter = c[3], L.kv_source = c[4];
+    L.window = c[LAY_WINDOW], L.rope_table = c[LAY_ROPE_TABLE], L.head_dim = c[LAY_HEAD_DIM];
+    L.inter = c[LAY_INTER], L.kv_source = c[LAY_KV_SOURCE];
     const bool own = L.kv_source == l;
     const int64_t D = L.head_dim, QD = m.n_heads * D, KVD = m.n_kv_heads * D, I = L.inter;
     L.kv_offset = own ? m.kv_row : (L.kv_source < l ? layers[L.kv_source].kv_offset : -1);

@@ -22,12 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from certification import N_GEN, ROOT, generation_digest, inputs_for, logits_digest, model_dir
+from native_sources import EMULATION
 from pins import MODEL_DIGESTS
 
 IN_CI = os.environ.get("CI") == "true"
-MK = ["det_infer_cpu/emu/det_simt_host.cpp", "det_infer_cpu/emu/det_megakernel_emu.cpp",
-      "megakernel/det_megakernel_plan.cpp"]
-MODES_HARNESS = ["tests/native/emulation_modes.cpp", *MK]
+MODES_HARNESS = ["tests/native/emulation_modes.cpp", *EMULATION]
 SELFTEST = ["tests/native/simt_selftest.cpp", "det_infer_cpu/emu/det_simt_host.cpp"]
 LITMUS = ["tests/native/grid_barrier_litmus.cpp"]
 BASE = ["-std=c++20", "-ffp-contract=off", "-fno-fast-math", "-pthread", f"-I{ROOT}", f"-I{ROOT / 'tests/native'}"]

@@ -11,14 +11,9 @@ import subprocess
 
 import pytest
 from certification import ROOT
+from native_sources import EMULATION, ENGINE, X86
 
-SOURCES = ["tests/native/emulation_harness.cpp", "det_infer_cpu/det_llama_cpu.cpp", "det_infer_cpu/det_kernels_cpu.cpp",
-           "det_infer_cpu/det_math_cpu.cpp", "det_infer_cpu/x86/det_act_avx2.cpp", "det_infer_cpu/x86/det_act_avx512.cpp",
-           "det_infer_cpu/x86/det_attn_avx2.cpp",
-           "det_infer_cpu/x86/det_gemv_avx2.cpp", "det_infer_cpu/x86/det_gemv_b1_avx512.cpp",
-           "det_infer_cpu/x86/det_gemv_tile_avx512.cpp", "det_infer_cpu/x86/det_nf4_decode.cpp",
-           "det_infer_cpu/emu/det_simt_host.cpp", "det_infer_cpu/emu/det_megakernel_emu.cpp",
-           "megakernel/det_megakernel_plan.cpp"]
+SOURCES = ["tests/native/emulation_harness.cpp", *ENGINE, *X86, *EMULATION]
 
 
 @pytest.fixture(scope="module")

@@ -12,14 +12,10 @@ import numpy as np
 import pytest
 import torch
 from certification import N_GEN, SYNTHETIC, ROOT, generation_digest, inputs_for, logits_digest, model_dir
+from native_sources import ENGINE, X86
 from pins import MODEL_DIGESTS
 
 IN_CI = os.environ.get("CI") == "true"
-ENGINE = ["det_infer_cpu/det_llama_cpu.cpp", "det_infer_cpu/det_kernels_cpu.cpp", "det_infer_cpu/det_math_cpu.cpp"]
-X86 = ["det_infer_cpu/x86/det_act_avx2.cpp", "det_infer_cpu/x86/det_act_avx512.cpp",
-       "det_infer_cpu/x86/det_attn_avx2.cpp", "det_infer_cpu/x86/det_gemv_avx2.cpp",
-       "det_infer_cpu/x86/det_nf4_decode.cpp",
-       "det_infer_cpu/x86/det_gemv_b1_avx512.cpp", "det_infer_cpu/x86/det_gemv_tile_avx512.cpp"]
 BASE = ["-std=c++17", "-ffp-contract=off", "-fno-fast-math"]
 BUILDS = {
     "gcc-O0": ["g++", "-O0", "-fopenmp", *BASE],

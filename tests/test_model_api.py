@@ -2,6 +2,8 @@
 unsupported configs, stop on eos, state reset and fork, and clear errors for bad input."""
 import json
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import synthetic
@@ -212,3 +214,24 @@ def test_raw_op_validates_its_arguments(di, mm):
     bad[3] = bad[3].bfloat16()  # layer 0's input norm
     with pytest.raises(TypeError, match="must be float32 multipliers"):
         di.ops.mak_forward(bad, *args(5, 0)[1:])
+
+
+def test_config_field_table_is_the_same_in_python_and_cpp(di):
+    """config.py's LLAMA_CFG_FIELDS / ROPE_TABLE_FIELDS / LAYER_FIELDS are the names of
+    det_model_cfg.h's DET_CFG_FIELDS / DET_CFG_TABLE_FIELDS / DET_CFG_LAYER_FIELDS, in order, and
+    engine_ints has exactly that length for a model with two rope tables."""
+    import re
+
+    header = (Path(__file__).resolve().parent.parent / "det_infer_cpu" / "det_model_cfg.h").read_text()
+
+    def names(macro):
+        body = re.search(rf"#define {macro}\(X\)(.*?)(?<!\\)\n", header, re.S).group(1)
+        return tuple(re.findall(r'X\(\w+, "(\w+)"\)', body))
+
+    config = sys.modules[di.ModelConfig.__module__]
+    assert names("DET_CFG_FIELDS") == config.LLAMA_CFG_FIELDS
+    assert names("DET_CFG_TABLE_FIELDS") == config.ROPE_TABLE_FIELDS
+    assert names("DET_CFG_LAYER_FIELDS") == config.LAYER_FIELDS
+    cfg = di.ModelConfig.from_dict(synthetic.CONFIGS["gemma3"])
+    assert len(cfg.engine_ints()) == (len(config.LLAMA_CFG_FIELDS) + 2 * len(config.ROPE_TABLE_FIELDS)
+                                      + cfg.num_hidden_layers * len(config.LAYER_FIELDS))

@@ -44,6 +44,9 @@ def test_build_toml_fields():
     on_disk = {str(p.relative_to(ROOT)) for d in ("contract", "det_infer_cpu", "megakernel") for p in (ROOT / d).rglob("*")
                if p.is_file() and "__pycache__" not in p.parts}
     assert listed == on_disk, "every CPU source, contract header and megakernel file is listed in build.toml"
+    # The CUDA build carries the CPU engine too: its list is the CPU list plus det_infer_cuda/ only.
+    cuda = set(build["kernel"]["det_infer_cuda"]["src"])
+    assert listed <= cuda and all(s.startswith("det_infer_cuda/") for s in cuda - listed)
 
 
 def test_flake_uses_kernel_builder():

@@ -2,7 +2,7 @@
 
 Every field that changes the math is read here and either supported or refused with an error that
 names it. The engine receives the integer fields as LLAMA_CFG_FIELDS (the order of the CFG_* enum
-that det_infer_cpu/det_model_cfg.h reads them in).
+of det_infer_cpu/det_model_cfg.h, which reads them).
 """
 from dataclasses import dataclass, field
 
@@ -25,11 +25,14 @@ GEMMA = ("gemma3", "gemma4")
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 _ACT_CODES = {"silu": 0, "gelu_tanh": 1}  # DET_ACT_* in contract/det_act.h
 
+# The integer config the engine reads (engine_ints): these fields, then ROPE_TABLE_FIELDS per rope
+# table, then LAYER_FIELDS per layer. The same table as DET_CFG_FIELDS in det_infer_cpu/det_model_cfg.h
+# (tests/test_model_api.py checks that the two agree).
 LLAMA_CFG_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                     "max_head_dim", "max_intermediate_size", "vocab_size", "rope_tables", "qk_norm",
                     "tie_word_embeddings", "out_norms", "act", "attn_scale_dim", "embed_scale", "v_norm",
                     "ple_dim", "final_softcap", "layer_scalars")
-# ...followed by (pairs, pair offset) per rope table and LAYER_FIELDS per layer.
+ROPE_TABLE_FIELDS = ("pairs", "pair_offset")
 LAYER_FIELDS = ("window", "rope_table", "head_dim", "intermediate_size", "kv_source")
 GEMMA_LAYER_TYPES = ("sliding_attention", "full_attention")
 
@@ -199,19 +202,26 @@ class ModelConfig:
         return rows
 
     def engine_ints(self) -> list:
-        """LLAMA_CFG_FIELDS, then (pairs, pair offset) per rope table, then LAYER_FIELDS per layer."""
+        """LLAMA_CFG_FIELDS, then ROPE_TABLE_FIELDS per rope table, then LAYER_FIELDS per layer."""
         rows = self.layer_rows()
-        ints = [self.hidden_size, self.num_hidden_layers, self.num_attention_heads, self.num_key_value_heads,
-                max(r[2] for r in rows), max(r[3] for r in rows), self.vocab_size, len(self.rope_tables()),
-                int(self.qk_norm), int(self.tie_word_embeddings), int(self.out_norms), _ACT_CODES[self.hidden_act],
-                self.attn_scale_dim or self.head_dim, int(self.embed_scale), int(self.v_norm), self.ple_dim,
-                int(self.final_softcap is not None), int(self.layer_scalars)]
-        for pairs, half in self.rope_table_shapes():
-            ints += [pairs, half]
+        fields = {
+            "hidden_size": self.hidden_size, "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads, "num_key_value_heads": self.num_key_value_heads,
+            "max_head_dim": max(r[2] for r in rows), "max_intermediate_size": max(r[3] for r in rows),
+            "vocab_size": self.vocab_size, "rope_tables": len(self.rope_tables()), "qk_norm": int(self.qk_norm),
+            "tie_word_embeddings": int(self.tie_word_embeddings), "out_norms": int(self.out_norms),
+            "act": _ACT_CODES[self.hidden_act], "attn_scale_dim": self.attn_scale_dim or self.head_dim,
+            "embed_scale": int(self.embed_scale), "v_norm": int(self.v_norm), "ple_dim": self.ple_dim,
+            "final_softcap": int(self.final_softcap is not None), "layer_scalars": int(self.layer_scalars)}
+        ints = [fields.pop(name) for name in LLAMA_CFG_FIELDS]
+        assert not fields, f"fields outside LLAMA_CFG_FIELDS: {sorted(fields)}"
+        for shape in self.rope_table_shapes():
+            ints += list(shape)
         return ints + [v for row in rows for v in row]
 
     def rope_table_shapes(self) -> list:
-        """(pairs, pair offset) of each rope table: pairs (x_i, x_{i + offset}) rotate, i < pairs."""
+        """ROPE_TABLE_FIELDS (pairs, pair offset) of each rope table: pairs (x_i, x_{i + offset})
+        rotate, i < pairs."""
         shapes = []
         for params, head_dim in self.rope_tables():
             pairs = len(self._table(params, head_dim))
