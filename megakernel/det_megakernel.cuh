@@ -3,7 +3,7 @@
 // without returning to the host. docs/SPEC.md §14.
 //
 // The same source is compiled by nvcc for the GPU (det_infer_cuda/det_megakernel.cu) and by the
-// host compiler for the SIMT emulation (det_infer_cpu/emu/det_megakernel_emu.cpp); it touches
+// host compiler for the SIMT emulation (megakernel/host/det_megakernel_emu.cpp); it touches
 // CUDA only through det_simt.h.
 //
 // Work is split by output: a GEMV row, an (row, head) attention task, a vector element. Each

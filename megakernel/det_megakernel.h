@@ -1,6 +1,6 @@
 // det_megakernel.h: the megakernel's program, geometry and workspace (plain C++, no CUDA), shared
 // by the GPU launcher (det_infer_cuda/det_megakernel.cu), the host emulation
-// (det_infer_cpu/emu/det_megakernel_emu.cpp) and the torch binding. docs/SPEC.md §14.
+// (megakernel/host/det_megakernel_emu.cpp) and the torch binding. docs/SPEC.md §14.
 //
 // One launch runs a program: first the rows (token, position, sequence) in order, in tiles of up
 // to tile_rows rows, each tile through every layer; then, in generate mode, decoding of every

@@ -1,7 +1,7 @@
 // det_simt.h: the SIMT portability layer. The megakernel (det_megakernel.cuh) touches CUDA only
 // through these functions, so the same source compiles for a GPU (nvcc: the CUDA built-ins below)
 // and runs on the host under emulation (g++/clang: every CUDA thread a fiber,
-// det_infer_cpu/emu/det_simt_host.cpp). docs/SPEC.md §14.4.
+// megakernel/host/det_simt_host.cpp). docs/SPEC.md §14.4.
 //
 // What the kernel may use:
 //   det_lane() det_warp() det_warps() det_block() det_blocks()  thread coordinates (warps of 32)
@@ -124,7 +124,7 @@ struct alignas(16) det_vec_f32x4 {
   float x, y, z, w;
 };
 
-// Implemented by the fiber runtime (det_infer_cpu/emu/det_simt_host.cpp).
+// Implemented by the fiber runtime (megakernel/host/det_simt_host.cpp).
 namespace det_simt_host {
 int thread_idx();
 int block_dim();

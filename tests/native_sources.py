@@ -14,4 +14,4 @@ def _compiled_in(folder):
 
 ENGINE = _compiled_in("det_infer_cpu")  # the torch-free engine core
 X86 = _compiled_in("det_infer_cpu/x86")  # its x86 SIMD kernels
-EMULATION = _compiled_in("det_infer_cpu/emu") + _compiled_in("megakernel")  # the megakernel under host emulation
+EMULATION = _compiled_in("megakernel/host") + _compiled_in("megakernel")  # the megakernel under host emulation

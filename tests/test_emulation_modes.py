@@ -1,4 +1,4 @@
-"""The SIMT emulation's stricter modes (DET_SIMT_MODES, det_infer_cpu/emu/det_simt_host.cpp;
+"""The SIMT emulation's stricter modes (DET_SIMT_MODES, megakernel/host/det_simt_host.cpp;
 docs/SPEC.md §14.4) keep every bit of a correct kernel and catch each weakness of the default
 emulation in a negative control:
 - async: cp.async lands only at the wait_group that covers it, its destination NaN until then (and
@@ -27,7 +27,7 @@ from pins import MODEL_DIGESTS
 
 IN_CI = os.environ.get("CI") == "true"
 MODES_HARNESS = ["tests/native/emulation_modes.cpp", *EMULATION]
-SELFTEST = ["tests/native/simt_selftest.cpp", "det_infer_cpu/emu/det_simt_host.cpp"]
+SELFTEST = ["tests/native/simt_selftest.cpp", "megakernel/host/det_simt_host.cpp"]
 LITMUS = ["tests/native/grid_barrier_litmus.cpp"]
 BASE = ["-std=c++20", "-ffp-contract=off", "-fno-fast-math", "-pthread", f"-I{ROOT}", f"-I{ROOT / 'tests/native'}"]
 ASAN = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]

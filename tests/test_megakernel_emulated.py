@@ -172,7 +172,7 @@ def test_emulator_catches_a_missing_barrier(tmp_path):
     digest mismatch."""
     exe = tmp_path / "simt_selftest"
     subprocess.run(["c++", "-std=c++20", "-O2", "-ffp-contract=off", f"-I{ROOT}", str(ROOT / "tests/native/simt_selftest.cpp"),
-                    str(ROOT / "det_infer_cpu/emu/det_simt_host.cpp"), "-o", str(exe)], check=True)
+                    str(ROOT / "megakernel/host/det_simt_host.cpp"), "-o", str(exe)], check=True)
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
     with_barrier, without_barrier, deadlock = out
     assert with_barrier == "1"      # distinct results over 8 schedules

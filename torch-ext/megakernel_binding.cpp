@@ -1,6 +1,6 @@
 // megakernel_binding.cpp: the mega_* ops. On CUDA tensors they launch the megakernel
 // (det_infer_cuda/det_megakernel.cu); on CPU tensors they run the same device code under host SIMT
-// emulation (det_infer_cpu/emu/). Arguments are those of mak_forward / mak_generate plus the launch
+// emulation (megakernel/host/). Arguments are those of mak_forward / mak_generate plus the launch
 // geometry [grid, warps, ring, tile_rows, seed] (0 for grid, warps or tile_rows: the launcher's
 // choice on a GPU). Token, position and index tensors are CPU tensors on both paths: they are
 // validated on the host before anything is launched.

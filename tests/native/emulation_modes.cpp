@@ -1,5 +1,5 @@
 // emulation_modes.cpp: the megakernel under the SIMT emulation's stricter modes
-// (DET_SIMT_MODES, det_infer_cpu/emu/det_simt_host.cpp) gives the same bits as under the default
+// (DET_SIMT_MODES, megakernel/host/det_simt_host.cpp) gives the same bits as under the default
 // emulation, which tests/native/emulation_harness.cpp holds equal to the CPU engine. Built by
 // tests/test_emulation_modes.py with AddressSanitizer (deferred async copies, poisoned and exactly
 // sized shared memory: a read of an in-flight copy or past the shared memory is a report), with

@@ -1,4 +1,4 @@
-// grid_barrier_litmus.cpp: the grid barrier (det_infer_cpu/emu/det_grid_barrier.h, the GPU's
+// grid_barrier_litmus.cpp: the grid barrier (megakernel/host/det_grid_barrier.h, the GPU's
 // algorithm in C++ atomics: relaxed loads and RMWs, seq_cst fences where the PTX has
 // fence.sc.gpu) as a message-passing litmus test, stressed over real OS threads. No model checker
 // installs here from Debian or PyPI (GenMC, herd7, CDSChecker, CBMC: none is packaged), so the
@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "det_infer_cpu/emu/det_grid_barrier.h"
+#include "megakernel/host/det_grid_barrier.h"
 
 #if DET_GRID_BARRIER_TEST_DROP < 0
 int det_grid_barrier_drop = getenv("DET_GRID_BARRIER_TEST_DROP") ? atoi(getenv("DET_GRID_BARRIER_TEST_DROP")) : 0;

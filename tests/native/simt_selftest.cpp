@@ -19,7 +19,7 @@
 #include <set>
 #include <vector>
 
-#include "det_infer_cpu/emu/det_simt_host.h"
+#include "megakernel/host/det_simt_host.h"
 #include "megakernel/det_simt.h"
 
 namespace {

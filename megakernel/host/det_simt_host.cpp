@@ -33,7 +33,7 @@
 #include <thread>
 #include <vector>
 
-#include "../../megakernel/det_simt.h"
+#include "../det_simt.h"
 #include "det_grid_barrier.h"
 
 // AddressSanitizer must be told about every stack switch, or it reports the fibers' stacks as

@@ -1,8 +1,8 @@
 // det_megakernel_emu.cpp: the megakernel's device code (megakernel/det_megakernel.cuh), compiled
 // for the host and run under the SIMT emulation, one fiber per CUDA thread. This is how every line
 // of the GPU path is executed on machines without a GPU (docs/SPEC.md §14.4).
-#include "../../megakernel/det_megakernel.cuh"
-#include "../det_fpenv.h"
+#include "../det_megakernel.cuh"
+#include "../../det_infer_cpu/det_fpenv.h"
 #include "det_simt_host.h"
 
 namespace {
