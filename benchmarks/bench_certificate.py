@@ -26,8 +26,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     os.environ.setdefault("LOCAL_KERNELS", f"phanerozoic/det-infer={ROOT / 'build'}")
-    sys.path.insert(0, str(ROOT / "tests"))
-    import real_models
+    from det_fixtures import real_models
     import torch
     from kernels import get_kernel
     from transformers import AutoTokenizer

@@ -31,9 +31,7 @@ BATCH_PROMPT_LEN, BATCH_STEPS = 32, DECODE_STEPS // 4  # each sequence of the ba
 def _checkpoint(model, kind):
     """The checkpoint an engine runs: SmolLM2-135M-Instruct (bf16, or its nf4 quantization), or the
     bf16 Gemma-3-270M."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    import real_models
-
+    from det_fixtures import real_models
     if model == "gemma3":
         if kind == "det-infer-nf4":
             raise SystemExit("bench_cpu: --model gemma3 has no nf4 checkpoint; use --engines det-infer,transformers-...")

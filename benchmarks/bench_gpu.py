@@ -10,7 +10,7 @@ device-to-device copy bandwidth measured in the same run). Medians of --reps run
     LOCAL_KERNELS=phanerozoic/det-infer=$PWD/build python3 benchmarks/bench_gpu.py [--steps 128] [--reps 3]
 
 --executor emulated runs the same code on the CPU under host emulation (scripts/device_check.sh
---dry-run: the model synthetic-llama, tests/synthetic.py's llama shape, few steps), to prove the
+--dry-run: the model synthetic-llama, det_fixtures/synthetic.py's llama shape, few steps), to prove the
 benchmark itself works before a GPU run depends on it; its figures mean nothing for the GPU.
 """
 import argparse
@@ -35,10 +35,8 @@ PROMPT_LEN = 16
 
 
 def config(name):
-    if name.startswith("synthetic-"):  # a tests/synthetic.py config, whole
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-        import synthetic
-
+    if name.startswith("synthetic-"):  # a det_fixtures/synthetic.py config, whole
+        from det_fixtures import synthetic
         return dict(synthetic.CONFIGS[name.removeprefix("synthetic-")])
     return dict(architectures=["LlamaForCausalLM"], model_type="llama", rms_norm_eps=1e-5, tie_word_embeddings=True,
                 hidden_act="silu", bos_token_id=1, eos_token_id=2, **SHAPES[name])
@@ -113,7 +111,7 @@ def main():
     ap.add_argument("--steps", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--models", default=",".join(SHAPES),
-                    help=f"comma-separated: {', '.join(SHAPES)}, or synthetic-<tests/synthetic.py family>")
+                    help=f"comma-separated: {', '.join(SHAPES)}, or synthetic-<det_fixtures/synthetic.py family>")
     ap.add_argument("--executor", choices=["megakernel", "emulated"], default="megakernel",
                     help="emulated: the device code on the CPU (a dry run of this script, not a measurement)")
     ap.add_argument("--batches", default="1,16", help="two batch sizes, the first 1")

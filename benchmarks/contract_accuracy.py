@@ -4,7 +4,7 @@ table recorded in docs/RESULTS.md §1.
 
     LOCAL_KERNELS=phanerozoic/det-infer=build .venv/bin/python benchmarks/contract_accuracy.py [--n 10000000]
 
-Accuracy: tests/accuracy.py (numpy float64/longdouble references, mpmath for every disagreement).
+Accuracy: det_fixtures/accuracy.py (numpy float64/longdouble references, mpmath for every disagreement).
 Throughput: median of 5 timed calls over the same inputs, all threads.
 """
 import argparse
@@ -16,8 +16,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-import accuracy  # noqa: E402
+from det_fixtures import accuracy
 
 
 def sync(result):

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 DEFAULT_PROMPT = "Write a short, cheerful poem about the sea at sunrise."
 
 
@@ -174,8 +173,7 @@ def main():
     from kernels import get_kernel
     from transformers import AutoTokenizer
 
-    import real_models
-
+    from det_fixtures import real_models
     _DI = get_kernel("phanerozoic/det-infer", version=1)
     ckpt = real_models.smollm2_checkpoint()
     if ckpt is None:

@@ -483,7 +483,6 @@ def load_kernel():
     t = time.time()
     import torch
 
-    sys.path.insert(0, str(ROOT / "tests"))
     os.environ.setdefault("LOCAL_KERNELS", f"{REPO_ID}={ROOT / 'build'}")
     from kernels import get_kernel
 
@@ -495,8 +494,7 @@ def load_kernel():
 
 
 def synthetic_model(name, root):
-    import synthetic
-
+    from det_fixtures import synthetic
     return synthetic.write_checkpoint(name, str(Path(root) / name))
 
 
@@ -610,8 +608,8 @@ def cmd_digests(args):
     """Each synthetic model's teacher-forced and greedy-generation digests on the executor, against
     the pins (the dry run: the llama model only)."""
     di, torch = load_kernel()
-    from certification import N_GEN, SYNTHETIC, generation_digest, inputs_for, logits_digest
-    from pins import MODEL_DIGESTS
+    from det_fixtures.certification import N_GEN, SYNTHETIC, generation_digest, inputs_for, logits_digest
+    from det_fixtures.pins import MODEL_DIGESTS
 
     device, exe = executor()
     names = args.models.split(",") if args.models else (["llama"] if dry_run() else SYNTHETIC)

@@ -16,15 +16,13 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
 
 def run(di, fmt, cases, seed, work):
-    import synthetic
-
+    from det_fixtures import synthetic
     rng = random.Random(seed)
     if fmt == "safetensors":
-        from test_fuzz_safetensors import _mutate
+        from det_fixtures.mutations import mutate_safetensors as _mutate
 
         base = synthetic.write_checkpoint("qwen3", os.path.join(work, "base"))
         blob = Path(base, "model.safetensors").read_bytes()
@@ -37,8 +35,8 @@ def run(di, fmt, cases, seed, work):
             di.MegaModel.from_pretrained(str(case), max_context=64).teacher_forced_logits([5, 6, 7])
     else:
         import gguf
-        from test_fuzz_gguf import mutate_gguf
-        from test_gguf import write_gguf
+        from det_fixtures.mutations import mutate_gguf
+        from det_fixtures.gguf_files import write_gguf
 
         path, _ = write_gguf("llama", "Q8_0", work)
         blob, header_len = Path(path).read_bytes(), gguf.GGUFReader(path).data_offset

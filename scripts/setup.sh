@@ -32,6 +32,11 @@ if ! stamp_ok .venv/.requirements.sha256 "$req_hash"; then
   echo "$req_hash" > .venv/.requirements.sha256
 fi
 
+# The repository root on the environment's path, for det_fixtures (the models, inputs and pins the
+# tests, scripts and benchmarks share).
+site=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+echo "$PWD" > "$site/det_infer_repo.pth"
+
 # 3. cuobjdump and nvdisasm for the SASS audit.
 tools_hash=$(sha256sum requirements-tools.txt | cut -d' ' -f1)
 if ! stamp_ok .tools/.requirements.sha256 "$tools_hash"; then

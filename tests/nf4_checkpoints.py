@@ -11,8 +11,8 @@ the output dtype, as its CUDA kernel) is what bnb_dequantize uses.
 import json
 import os
 
-import synthetic
-from contract_inputs import splitmix64
+from det_fixtures import synthetic
+from det_fixtures.contract_inputs import splitmix64
 import torch
 
 QUANT_STATE = ".quant_state.bitsandbytes__nf4"

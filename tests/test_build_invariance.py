@@ -1,6 +1,6 @@
 """One contract, one digest: the fixed input set of tests/native/contract_digest.cpp gives the same
 SHA-256 under every compiler, optimization level and ISA we can build for, under aarch64
-emulation, and through the kernel's own torch ops (tests/contract_inputs.py)."""
+emulation, and through the kernel's own torch ops (det_fixtures/contract_inputs.py)."""
 import hashlib
 import os
 import platform
@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import contract_inputs
+from det_fixtures import contract_inputs
 import pytest
-from pins import CONTRACT_MATH_DIGEST
+from det_fixtures.pins import CONTRACT_MATH_DIGEST
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "tests" / "native" / "contract_digest.cpp"
@@ -73,9 +73,9 @@ def test_kernel_ops_digest(di):
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_kernel_ops_digest_thread_count(threads):
     env = dict(os.environ, OMP_NUM_THREADS=threads, LOCAL_KERNELS=f"phanerozoic/det-infer={ROOT / 'build'}")
-    code = ("import contract_inputs; from kernels import get_kernel; "
+    code = ("from det_fixtures import contract_inputs; from kernels import get_kernel; "
             "print(contract_inputs.digest_through_ops(get_kernel('phanerozoic/det-infer', version=1)))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "tests", env=env, check=True,
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True,
                          capture_output=True, text=True).stdout.strip()
     assert out == CONTRACT_MATH_DIGEST
 

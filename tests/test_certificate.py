@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import synthetic
+from det_fixtures import synthetic
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -3,7 +3,7 @@
 emulation, argmax rules, bf16 rounding and the FP-environment guard."""
 from fractions import Fraction
 
-import accuracy
+from det_fixtures import accuracy
 import numpy as np
 import pytest
 import torch

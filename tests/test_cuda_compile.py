@@ -501,9 +501,8 @@ TILES = (1, 2, 4, 8, 16)
 
 
 def _shapes():
-    """MODEL_SHAPES and the synthetic test models (tests/synthetic.py)."""
-    import synthetic
-
+    """MODEL_SHAPES and the synthetic test models (det_fixtures/synthetic.py)."""
+    from det_fixtures import synthetic
     shapes = dict(MODEL_SHAPES)
     for name, c in synthetic.CONFIGS.items():
         shapes[f"synthetic {name}"] = (c["hidden_size"], max(c["head_dim"], c.get("global_head_dim", 0)))

@@ -4,13 +4,13 @@ megakernel reproduces the CPU-pinned certificate digests of every synthetic mode
 checkpoint is not carried to the device machine) across geometries, batch composition and launch
 granularity."""
 
-import contract_inputs
+from det_fixtures import contract_inputs
 import nf4_checkpoints
 import pytest
 import torch
-from certification import (N_GEN, SYNTHETIC, batch_with_target, generation_digest, inputs_for, logits_digest,
+from det_fixtures.certification import (N_GEN, SYNTHETIC, batch_with_target, generation_digest, inputs_for, logits_digest,
                            model_dir)
-from pins import CONTRACT_MATH_DIGEST, MODEL_DIGESTS, SAMPLED_DIGESTS
+from det_fixtures.pins import CONTRACT_MATH_DIGEST, MODEL_DIGESTS, SAMPLED_DIGESTS
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -115,8 +115,7 @@ def test_megakernel_nf4_equals_cpu_engine(di, tmp_path, family):
 
 def test_kv_cache_that_does_not_fit_the_gpu_is_refused(di):
     """Checked against torch.cuda.mem_get_info before anything is allocated on the device."""
-    import synthetic
-
+    from det_fixtures import synthetic
     cfg = dict(synthetic.CONFIGS["llama"], num_hidden_layers=64, num_attention_heads=8, num_key_value_heads=8,
                head_dim=128, max_position_embeddings=1 << 20)
     with pytest.raises(MemoryError, match=r"needs 500000\.0 MiB, but only .* MiB of memory is available"):

@@ -6,8 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import real_models
-
+from det_fixtures import real_models
 ROOT = Path(__file__).resolve().parent.parent
 
 

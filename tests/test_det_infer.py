@@ -9,12 +9,12 @@ import warnings
 
 import hf_reference
 import pytest
-import real_models
-import synthetic
+from det_fixtures import real_models
+from det_fixtures import synthetic
 import torch
-from certification import (MODELS, N_GEN, N_TEACHER, REAL, SMOLLM2_TEXT, batch_with_target,
+from det_fixtures.certification import (MODELS, N_GEN, N_TEACHER, REAL, SMOLLM2_TEXT, batch_with_target,
                            digests_on_threads, generation_digest, inputs_for, logits_digest, model_dir)
-from pins import MODEL_DIGESTS, SMOLLM2_CHECKPOINT_SHA256
+from det_fixtures.pins import MODEL_DIGESTS, SMOLLM2_CHECKPOINT_SHA256
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,9 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from certification import N_GEN, ROOT, generation_digest, inputs_for, logits_digest, model_dir
+from det_fixtures.certification import N_GEN, ROOT, generation_digest, inputs_for, logits_digest, model_dir
 from native_sources import EMULATION
-from pins import MODEL_DIGESTS
+from det_fixtures.pins import MODEL_DIGESTS
 
 IN_CI = os.environ.get("CI") == "true"
 MODES_HARNESS = ["tests/native/emulation_modes.cpp", *EMULATION]

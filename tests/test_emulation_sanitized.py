@@ -10,7 +10,7 @@ import shutil
 import subprocess
 
 import pytest
-from certification import ROOT
+from det_fixtures.certification import ROOT
 from native_sources import EMULATION, ENGINE, X86
 
 SOURCES = ["tests/native/emulation_harness.cpp", *ENGINE, *X86, *EMULATION]

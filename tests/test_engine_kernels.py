@@ -144,8 +144,7 @@ def test_engine_activations_equal_the_contract(di, isa, fn):
     """The vectorized exp / silu / gelu-tanh of the engine against the scalar contract, bit for bit,
     over the 10-million-input accuracy sets (every range, edge and special value) plus raw bit
     patterns."""
-    import accuracy
-
+    from det_fixtures import accuracy
     x = torch.from_numpy(accuracy.inputs(fn, 10_000_000))
     bits = torch.randint(0, 2**32, (1_000_003,), dtype=torch.int64, generator=torch.Generator().manual_seed(3))
     x = torch.cat([x, bits.to(torch.int32).view(torch.float32)])
@@ -173,8 +172,7 @@ def test_engine_activations_short_lengths(di, isa, fn):
 def test_engine_activation_times_up(di, isa, fn):
     """The MLP's act(gate) * up as the engine runs it: one fp32 product of the contract's activation
     and up, including zeros, infinities and NaN in either operand."""
-    import accuracy
-
+    from det_fixtures import accuracy
     gen = torch.Generator().manual_seed(11)
     x = torch.from_numpy(accuracy.inputs(fn, 300_000))
     up = torch.randn(x.shape, generator=gen) * torch.exp2(torch.randint(-30, 30, x.shape, generator=gen).float())

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from certification import N_GEN, SYNTHETIC, ROOT, generation_digest, inputs_for, logits_digest, model_dir
+from det_fixtures.certification import N_GEN, SYNTHETIC, ROOT, generation_digest, inputs_for, logits_digest, model_dir
 from native_sources import ENGINE, X86
-from pins import MODEL_DIGESTS
+from det_fixtures.pins import MODEL_DIGESTS
 
 IN_CI = os.environ.get("CI") == "true"
 BASE = ["-std=c++17", "-ffp-contract=off", "-fno-fast-math"]

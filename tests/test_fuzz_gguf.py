@@ -8,39 +8,13 @@ import struct
 
 import numpy as np
 import pytest
+from det_fixtures.mutations import mutate_gguf
 
 N_CASES = 1000
-EXTREME_U64 = [0, 1, 2**31, 2**32 - 1, 2**32, 2**40, 2**63 - 1, 2**63, 2**64 - 1]
-EXTREME_U32 = [0, 1, 2**16, 2**31 - 1, 2**31, 2**32 - 1, 30, 41, 1000]
-
-
-def mutate_gguf(rng, blob, header_len):
-    b = bytearray(blob)
-    kind = rng.randrange(6)
-    if kind == 0:  # flip bits in the header
-        for _ in range(rng.randint(1, 8)):
-            i = rng.randrange(header_len)
-            b[i] ^= 1 << rng.randrange(8)
-    elif kind == 1:  # truncate anywhere
-        return bytes(b[: rng.randrange(len(b))])
-    elif kind == 2:  # version
-        b[4:8] = struct.pack("<I", rng.choice([0, 1, 2, 4, 2**31, 2**32 - 1]))
-    elif kind == 3:  # tensor count or key-value count
-        off = rng.choice([8, 16])
-        b[off : off + 8] = struct.pack("<Q", rng.choice(EXTREME_U64))
-    elif kind == 4:  # a 64-bit field somewhere in the header (lengths, dims, offsets)
-        off = rng.randrange(24, header_len - 8)
-        b[off : off + 8] = struct.pack("<Q", rng.choice(EXTREME_U64))
-    else:  # a 32-bit field somewhere in the header (types, n_dims, value types)
-        off = rng.randrange(24, header_len - 4)
-        b[off : off + 4] = struct.pack("<I", rng.choice(EXTREME_U32))
-    return bytes(b)
-
-
 @pytest.fixture(scope="module")
 def gguf_blob(tmp_path_factory):
     import gguf
-    from test_gguf import write_gguf
+    from det_fixtures.gguf_files import write_gguf
 
     path, _ = write_gguf("llama", "Q8_0", str(tmp_path_factory.mktemp("fuzz_gguf")))
     with open(path, "rb") as f:

@@ -8,11 +8,11 @@ checkpoint transformers makes of it, and generates sensible text."""
 import copy
 
 import pytest
-import real_models
-import synthetic
+from det_fixtures import real_models
+from det_fixtures import synthetic
 import torch
-from certification import inputs_for, logits_digest
-from pins import GEMMA3_270M_GGUF_SHA256, MODEL_DIGESTS
+from det_fixtures.certification import inputs_for, logits_digest
+from det_fixtures.pins import GEMMA3_270M_GGUF_SHA256, MODEL_DIGESTS
 
 GEMMA = synthetic.CONFIGS["gemma3"]
 

@@ -10,7 +10,7 @@ import copy
 
 import hf_reference
 import pytest
-import synthetic
+from det_fixtures import synthetic
 import torch
 
 GEMMA4 = synthetic.CONFIGS["gemma4"]

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 import torch
-from certification import N_GEN, generation_digest, inputs_for, logits_digest, model_dir
-from pins import MODEL_DIGESTS
+from det_fixtures.certification import N_GEN, generation_digest, inputs_for, logits_digest, model_dir
+from det_fixtures.pins import MODEL_DIGESTS
 
 FE_UPWARD, FE_TONEAREST = 0x800, 0x0  # x86-64 glibc <fenv.h>
 
@@ -128,8 +128,7 @@ def test_kv_cache_that_does_not_fit_is_refused_before_allocation(di):
     """The KV cache's size is computed and compared with the available memory first: the error says
     what is needed and what is available (here 64 layers x 8 kv heads x 128 dims x 1M positions,
     500,000 MiB of fp32 K and V)."""
-    import synthetic
-
+    from det_fixtures import synthetic
     cfg = dict(synthetic.CONFIGS["llama"], num_hidden_layers=64, num_attention_heads=8, num_key_value_heads=8,
                head_dim=128, max_position_embeddings=1 << 20)
     config = di.ModelConfig.from_dict(cfg)

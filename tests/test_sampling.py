@@ -9,10 +9,10 @@ import subprocess
 
 import numpy as np
 import pytest
-import synthetic
+from det_fixtures import synthetic
 import torch
-from certification import ROOT, generation_digest, model_dir
-from pins import SAMPLED_DIGESTS
+from det_fixtures.certification import ROOT, generation_digest, model_dir
+from det_fixtures.pins import SAMPLED_DIGESTS
 
 N_SAMPLED = 48
 SETTINGS = {  # name -> sampling parameters (pinned in pins.SAMPLED_DIGESTS)
@@ -89,8 +89,8 @@ def test_sampled_digests_on_the_emulated_megakernel(di, llama, g):
 def test_sampled_digest_on_one_thread(llama):
     code = f"""
 import sys
-sys.path.insert(0, {str(ROOT / 'tests')!r})
-from certification import generation_digest
+sys.path.insert(0, {str(ROOT)!r})
+from det_fixtures.certification import generation_digest
 from kernels import get_kernel
 di = get_kernel('phanerozoic/det-infer', version=1)
 mm = di.MegaModel.from_pretrained({str(llama['dir'])!r}, max_context=512)

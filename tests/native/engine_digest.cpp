@@ -1,7 +1,7 @@
 // engine_digest.cpp: the torch-free CPU engine core on its own, for the portability rows
 // (tests/test_engine_portability.py): reads a model and its certificate inputs from a binary dump
 // written by the test, runs the teacher-forced pass and the greedy generation of
-// tests/certification.py, and writes the raw results to stdout: the teacher-forced logits
+// det_fixtures/certification.py, and writes the raw results to stdout: the teacher-forced logits
 // (n x vocab fp32), then the generated tokens (int32) and each step's logits (fp32). The test
 // hashes them and compares with the pinned digests. Built with several compilers and for aarch64.
 //

