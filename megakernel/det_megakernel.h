@@ -111,7 +111,7 @@ struct det_mk_tile {
 // scratch (scores and exps of one chunk, the running numerator), or the argmax / sampling partials.
 DET_MK_HD size_t det_mk_smem_ring_offset() { return (sizeof(det_mk_tile) + 15) / 16 * 16; }
 DET_MK_HD size_t det_mk_attn_scratch_floats(const det_llama_model* m) {
-  return 2 * 128 + (size_t)m->head_dim;  // 128 = DET_ATTN_CHUNK (asserted in det_megakernel.cuh)
+  return 2 * 128 + (size_t)m->head_dim;  // 128 = DET_ATTN_CHUNK (asserted in det_mk_steps.cuh)
 }
 DET_MK_HD size_t det_mk_smem_bytes(const det_llama_model* m, const det_mk_geometry* g) {
   size_t area = (size_t)g->tile_rows * (size_t)m->hidden;

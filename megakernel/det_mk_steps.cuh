@@ -1,0 +1,499 @@
+// det_mk_steps.cuh: the megakernel's steps (docs/SPEC.md §14): embedding and norms, the layer's
+// phases (QKV, ROPE, ATTN, O, MLP, DOWN, OUT_NORM, Gemma-4's per-layer inputs), the head, the
+// sampled or greedy pick, and det_mk_forward_tile, one tile of rows through every layer.
+#pragma once
+
+#include "../contract/det_act.h"
+#include "../contract/det_argmax.h"
+#include "../contract/det_attention.h"
+#include "../contract/det_norm.h"
+#include "../contract/det_trig.h"
+#include "det_mk_warp.cuh"
+
+static_assert(DET_ATTN_CHUNK == 128, "det_mk_attn_scratch_floats assumes 128-position chunks");
+
+// ---- phases -------------------------------------------------------------------------------------
+
+// Element k of token id's embedding row, widened and scaled (docs/SPEC.md §13.3 step 1).
+DET_DEV float det_mk_embedding(const det_llama_model& m, int32_t id, int64_t k) {
+  return det_mul_f32(det_bf16_to_f32(m.embed[(int64_t)id * m.hidden + k]), m.embed_scale);
+}
+
+// Every block: area rows j < nb = source rows. The source of row j is tile row src_row[j] (or j
+// when src_row is null): the residual stream, or the token's embedding widened and scaled.
+DET_DEV void det_mk_load_rows(const det_mk_ctx& c, int nb, const int32_t* src_row, bool from_embed) {
+  const det_llama_model& m = c.P->model;
+  const int64_t H = m.hidden;
+  const det_mk_tile& t = *c.tile;
+  for (int64_t e = det_thread(); e < nb * H; e += det_threads()) {
+    const int64_t j = e / H, k = e % H, r = src_row ? src_row[j] : j;
+    c.area[e] = from_embed ? det_mk_embedding(m, t.token[r], k) : c.P->ws.x[r * H + k];
+  }
+  det_sync_block();
+}
+
+// One warp: v[0..K) = rmsnorm(v) * w in place (docs/SPEC.md §13.2; K % 8 == 0).
+DET_DEV void det_mk_warp_rmsnorm(float* v, int64_t K, const float* w, float eps) {
+  const float r = det_rmsnorm_factor_f32(det_mk_warp_dot_f32(v, v, K), K, eps);
+  for (int64_t k = det_lane(); k < K; k += DET_WARP) v[k] = det_rmsnorm_scale_f32(v[k], r, w[k]);
+  det_sync_warp();
+}
+
+// Every block: area rows j < nb = rmsnorm(source row) * w (docs/SPEC.md §13.2), sources as in
+// det_mk_load_rows (at layer 0 the embedding, which layer 0 also writes to the residual stream).
+DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int nb, const int32_t* src_row, bool from_embed,
+                              const float* w) {
+  det_mk_load_rows(c, nb, src_row, from_embed);
+  for (int j = det_warp(); j < nb; j += det_warps())
+    det_mk_warp_rmsnorm(c.area + j * c.P->model.hidden, c.P->model.hidden, w, c.P->model.rms_eps);
+  det_sync_block();
+}
+
+// Layer 0 only, spread over the grid: the residual stream starts as the embeddings, and each
+// row's rope (sin, cos) table is computed once (docs/SPEC.md §7).
+DET_DEV void det_mk_embed_rows(const det_mk_ctx& c) {
+  const det_llama_model& m = c.P->model;
+  const det_mk_tile& t = *c.tile;
+  const int64_t H = m.hidden, pairs = m.rope_pairs;  // every table's pairs, per row
+  const int64_t gt = (int64_t)det_block() * det_threads() + det_thread(), gn = (int64_t)det_blocks() * det_threads();
+  for (int64_t e = gt; e < t.n * H; e += gn) c.P->ws.x[e] = det_mk_embedding(m, t.token[e / H], e % H);
+  for (int64_t e = gt; e < t.n * pairs; e += gn) {
+    const det_sincos_f32 sc = det_sincos_f64(det_rope_angle_f64(t.pos[e / pairs], m.inv_freq[e % pairs]));
+    c.P->ws.sincos[2 * e] = sc.s;
+    c.P->ws.sincos[2 * e + 1] = sc.c;
+  }
+}
+
+// QKV: q, k, v (rows x outputs) = normalized rows times Wq, Wk, Wv (one range of rows); a layer
+// that reads another's K/V (Gemma-4) computes q only.
+DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, int64_t l) {
+  const det_llama_model& m = c.P->model;
+  const det_llama_layer& L = m.layers[l];
+  const det_mk_workspace& ws = c.P->ws;
+  const int nb = c.tile->n;
+  const int64_t H = m.hidden, QD = m.n_heads * L.head_dim, KVD = m.n_kv_heads * L.head_dim;
+  const int64_t outputs = L.kv_source == l ? QD + 2 * KVD : QD;
+  if (l == 0 && m.ple_dim == 0) det_mk_embed_rows(c);  // with per-layer inputs, PLE_PROJECT did it
+  det_mk_norm_rows(c, nb, nullptr, l == 0, L.attn_norm);
+  det_mk_with_nb(nb, [&]<int NB>() {
+    auto row = [&](int64_t it) {
+      const int64_t n = det_mk_output(c, it);
+      return n < QD ? det_mk_row{&L.wq, n} : n < QD + KVD ? det_mk_row{&L.wk, n - QD} : det_mk_row{&L.wv, n - QD - KVD};
+    };
+    auto emit = [&](int64_t it, const float* y) {
+      if (det_lane() != 0) return;
+      const int64_t n = det_mk_output(c, it);
+      for (int b = 0; b < nb; ++b) {
+        if (n < QD) ws.q[b * QD + n] = y[b];
+        else if (n < QD + KVD) ws.k[b * KVD + n - QD] = y[b];
+        else ws.v[b * KVD + n - QD - KVD] = y[b];
+      }
+    };
+    det_mk_gemv<NB>(c, det_mk_items(c, outputs), H, row, c.area, H, nb, emit);
+  });
+}
+
+// ROPE: per (row, head): q and k heads get qk-norm (when the model has it) and the rotation, v
+// heads their norm (Gemma-4); k and v heads are written to the row's KV cache at its position. A
+// layer that reads another's K/V has q heads only.
+DET_DEV_NOINLINE void det_mk_phase_rope(const det_mk_ctx& c, int64_t l) {
+  const det_llama_model& m = c.P->model;
+  const det_llama_layer& L = m.layers[l];
+  const det_mk_workspace& ws = c.P->ws;
+  const det_mk_tile& t = *c.tile;
+  const int64_t D = L.head_dim, QD = m.n_heads * D, KVD = m.n_kv_heads * D;
+  const det_rope_table& rope = m.rope[L.rope_table];
+  const int64_t per_row = m.n_heads + (L.kv_source == l ? 2 * m.n_kv_heads : 0);
+  const int lane = det_lane();
+  for (int64_t task = c.gwarp; task < t.n * per_row; task += c.nwarps) {
+    const int64_t b = task / per_row, j = task % per_row;
+    const det_mk_seq& sq = c.P->prog.seqs[t.seq[b]];
+    const int64_t at = t.pos[b] * m.kv_row + L.kv_offset;  // this row's cache entry
+    if (j >= m.n_heads + m.n_kv_heads) {
+      const int64_t h = j - m.n_heads - m.n_kv_heads;
+      float* vec = ws.v + b * KVD + h * D;
+      if (L.v_norm) det_mk_warp_rmsnorm(vec, D, L.v_norm, m.rms_eps);
+      for (int64_t d = lane; d < D; d += DET_WARP) sq.v[at + h * D + d] = vec[d];
+      continue;
+    }
+    const bool is_q = j < m.n_heads;
+    const int64_t h = is_q ? j : j - m.n_heads;
+    float* vec = is_q ? ws.q + b * QD + h * D : ws.k + b * KVD + h * D;
+    const float* norm = is_q ? L.q_norm : L.k_norm;
+    if (norm) det_mk_warp_rmsnorm(vec, D, norm, m.rms_eps);
+    const float* sc = ws.sincos + 2 * (b * m.rope_pairs + rope.offset);
+    for (int64_t i = lane; i < rope.pairs; i += DET_WARP)
+      det_rope_rotate_f32(&vec[i], &vec[i + rope.half], det_sincos_f32{sc[2 * i], sc[2 * i + 1]});
+    det_sync_warp();
+    if (!is_q)
+      for (int64_t d = lane; d < D; d += DET_WARP) sq.k[at + h * D + d] = vec[d];
+  }
+}
+
+// ATTN: one warp per (row, query head), over 128-position chunks (docs/SPEC.md §13.4). Per chunk:
+// scores (8 slots per tree), the max in slot order, e = exp(s - m), the canonical sums l and o[d]
+// with slot j in lane j/8's chain, then the merge into the running (M, L, O).
+DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
+  const det_llama_model& m = c.P->model;
+  const det_mk_workspace& ws = c.P->ws;
+  const det_mk_tile& t = *c.tile;
+  const det_llama_layer& L = m.layers[l];
+  const int64_t D = L.head_dim, QD = m.n_heads * D, group = m.n_heads / m.n_kv_heads;
+  const int64_t W = L.window;
+  const float scale = det_rsqrt_f32((float)m.attn_scale_dim);
+  const int lane = det_lane();
+  float* score = c.area + det_warp() * det_mk_attn_scratch_floats(&m);
+  float* ex = score + DET_ATTN_CHUNK;
+  float* O = ex + DET_ATTN_CHUNK;
+  for (int64_t task = c.gwarp; task < t.n * m.n_heads; task += c.nwarps) {
+    const int64_t b = task / m.n_heads, hq = task % m.n_heads, g = hq / group, p = t.pos[b];
+    const det_mk_seq& sq = c.P->prog.seqs[t.seq[b]];
+    const float* kc = sq.k + L.kv_offset + g * D;  // position j at kc + j * kv_row
+    const float* vc = sq.v + L.kv_offset + g * D;
+    const int64_t lo = W > 0 && p - W + 1 > 0 ? p - W + 1 : 0;
+    // The lane's runs of the score's reduction (§9): q elements 8 lane + 256 h + i for
+    // h < DET_MK_HEAD_DIM_MAX / 256 (those below D), one fma chain in that order.
+    constexpr int NH = DET_MK_HEAD_DIM_MAX / (8 * DET_WARP);
+    bool lane_q[NH];
+    float qv[NH][8];
+    for (int h = 0; h < NH; ++h) {
+      lane_q[h] = 8 * lane + 8 * DET_WARP * h < D;
+      for (int i = 0; i < 8; ++i) qv[h][i] = lane_q[h] ? ws.q[b * QD + hq * D + 8 * DET_WARP * h + 8 * lane + i] : 0.0f;
+    }
+    det_attn_acc run = {0.0f, 0.0f};
+    for (int64_t ch = lo / DET_ATTN_CHUNK; ch <= p / DET_ATTN_CHUNK; ++ch) {
+      const bool first = ch == lo / DET_ATTN_CHUNK;
+      const int64_t base = ch * DET_ATTN_CHUNK;
+      const int64_t j0 = (lo > base ? lo : base) - base;
+      const int64_t j1 = (p < base + DET_ATTN_CHUNK - 1 ? p : base + DET_ATTN_CHUNK - 1) - base;
+      for (int64_t jg = j0; jg <= j1; jg += 8) {
+        float dot[8];  // the lane's accumulator of q . k for keys jg .. jg + 7
+        for (int s = 0; s < 8; ++s) {
+          const float* kj = kc + (base + jg + s) * m.kv_row + 8 * lane;
+          dot[s] = 0.0f;
+          for (int h = 0; h < NH; ++h)
+            if (lane_q[h] && jg + s <= j1)
+              for (int i = 0; i < 8; ++i) dot[s] = det_fma_f32(qv[h][i], kj[8 * DET_WARP * h + i], dot[s]);
+        }
+        det_mk_warp_tree<8>(dot);
+        if (lane == 0)
+          for (int s = 0; s < 8 && jg + s <= j1; ++s) score[jg + s] = det_mul_f32(dot[s], scale);
+      }
+      det_sync_warp();
+      float mx = score[j0];
+      for (int64_t j = j0 + 1; j <= j1; ++j) mx = score[j] > mx ? score[j] : mx;
+      for (int64_t j = j0 + lane; j <= j1; j += DET_WARP) ex[j] = det_exp_f32(det_sub_f32(score[j], mx));
+      det_sync_warp();
+      // The chunk's length-128 reductions (§9): lane l (l < 16) takes the visible slots of
+      // 8l .. 8l + 7 in one chain; lanes 16..31 take none and hold +0.
+      float e_sum[1] = {0.0f};  // the lane's accumulator of l = sum_j e_j
+      for (int i = 0; i < 8; ++i) {
+        const int64_t j = 8 * lane + i;
+        if (j >= j0 && j <= j1) e_sum[0] = det_add_f32(e_sum[0], ex[j]);
+      }
+      det_mk_warp_tree<1>(e_sum);
+      det_shfl_idx_n(e_sum, 1, 0);
+      const det_attn_acc part = {mx, e_sum[0]};
+      det_attn_weights w = {1.0f, 1.0f};
+      if (first) run = part;
+      else w = det_attn_merge_stats(&run, part);
+      for (int64_t d0 = 0; d0 < D; d0 += 8) {
+        float ev_sum[8] = {};  // the lane's accumulator of o_d = sum_j e_j v_j[d], d = d0 .. d0 + 7
+        for (int i = 0; i < 8; ++i) {
+          const int64_t j = 8 * lane + i;
+          if (j < j0 || j > j1) continue;
+          const float* vj = vc + (base + j) * m.kv_row + d0;
+          for (int s = 0; s < 8; ++s) ev_sum[s] = det_fma_f32(ex[j], vj[s], ev_sum[s]);
+        }
+        det_mk_warp_tree<8>(ev_sum);
+        if (lane == 0)
+          for (int s = 0; s < 8; ++s)
+            O[d0 + s] = first ? ev_sum[s] : det_attn_merge_value(O[d0 + s], ev_sum[s], w);
+      }
+      det_sync_warp();
+    }
+    for (int64_t d = lane; d < D; d += DET_WARP) ws.att[b * QD + hq * D + d] = det_div_f32(O[d], run.l);
+    det_sync_warp();
+  }
+}
+
+// O and DOWN: rows of W (H x K) over the input rows; the result is added to the residual stream,
+// or, when the layer normalizes it first (out_norm, Gemma), kept in ws.out for det_mk_phase_out_norm.
+DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_matrix* W, const float* in, int64_t K,
+                                                 bool out_norm) {
+  const int64_t H = c.P->model.hidden;
+  float* x = c.P->ws.x;
+  float* out = c.P->ws.out;
+  const int nb = c.tile->n;
+  det_mk_with_nb(nb, [&]<int NB>() {
+    auto row = [&](int64_t it) { return det_mk_row{W, det_mk_output(c, it)}; };
+    auto emit = [&](int64_t it, const float* y) {
+      if (det_lane() != 0) return;
+      const int64_t n = det_mk_output(c, it);
+      for (int b = 0; b < nb; ++b) {
+        if (out_norm) out[b * H + n] = y[b];
+        else x[b * H + n] = det_add_f32(x[b * H + n], y[b]);
+      }
+    };
+    det_mk_gemv<NB>(c, det_mk_items(c, H), K, row, in, K, nb, emit);
+  });
+}
+
+// OUT_NORM (Gemma): one warp per row, x += rmsnorm(out) * w, then (Gemma-4's layer scalar, on the
+// layer's last residual step) x = fl(x * scalar).
+DET_DEV_NOINLINE void det_mk_phase_out_norm(const det_mk_ctx& c, const float* w, const float* scalar) {
+  const det_llama_model& m = c.P->model;
+  const int64_t H = m.hidden;
+  for (int64_t b = c.gwarp; b < c.tile->n; b += c.nwarps) {
+    const float* y = c.P->ws.out + b * H;
+    float* x = c.P->ws.x + b * H;
+    const float r = det_rmsnorm_factor_f32(det_mk_warp_dot_f32(y, y, H), H, m.rms_eps);
+    for (int64_t k = det_lane(); k < H; k += DET_WARP) {
+      x[k] = det_add_f32(x[k], det_rmsnorm_scale_f32(y[k], r, w[k]));
+      if (scalar) x[k] = det_mul_f32(x[k], *scalar);
+    }
+  }
+}
+
+// MLP: normalized rows; per output n the gate row then the up row, then act(gate) * up.
+DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, int64_t l) {
+  const det_llama_model& m = c.P->model;
+  const det_llama_layer& L = m.layers[l];
+  const int64_t H = m.hidden, I = L.inter;
+  float* act = c.P->ws.act;
+  const int nb = c.tile->n;
+  det_mk_norm_rows(c, nb, nullptr, false, L.mlp_norm);
+  det_mk_with_nb(nb, [&]<int NB>() {
+    float gate[NB] = {};
+    auto row = [&](int64_t it) { return det_mk_row{it % 2 ? &L.w_up : &L.w_gate, det_mk_output(c, it / 2)}; };
+    auto emit = [&](int64_t it, const float* y) {
+      if (det_lane() != 0) return;
+      const int64_t n = det_mk_output(c, it / 2);
+      for (int b = 0; b < nb; ++b) {
+        if (it % 2 == 0) gate[b] = y[b];
+        else act[b * I + n] = det_mul_f32(det_act_f32((int)m.act, gate[b]), y[b]);
+      }
+    };
+    det_mk_gemv<NB>(c, 2 * det_mk_items(c, I), H, row, c.area, H, nb, emit);
+  });
+}
+
+// PLE_PROJECT (Gemma-4, before layer 0; docs/SPEC.md §13.7): the residual stream starts as the
+// embeddings, and ws.ple (rows, n_layers * P) = fl(x·Wproj * rsqrt(H)) from each block's copy of
+// the embedded rows.
+DET_DEV_NOINLINE void det_mk_phase_ple_project(const det_mk_ctx& c) {
+  const det_llama_model& m = c.P->model;
+  const int nb = c.tile->n;
+  const int64_t H = m.hidden, LP = m.n_layers * m.ple_dim;
+  const float scale = det_rsqrt_f32((float)H);
+  float* ple = c.P->ws.ple;
+  det_mk_embed_rows(c);
+  det_mk_load_rows(c, nb, nullptr, true);
+  det_mk_with_nb(nb, [&]<int NB>() {
+    auto row = [&](int64_t it) { return det_mk_row{&m.ple_model_proj, det_mk_output(c, it)}; };
+    auto emit = [&](int64_t it, const float* y) {
+      if (det_lane() != 0) return;
+      const int64_t n = det_mk_output(c, it);
+      for (int b = 0; b < nb; ++b) ple[b * LP + n] = det_mul_f32(y[b], scale);
+    };
+    det_mk_gemv<NB>(c, det_mk_items(c, LP), H, row, c.area, H, nb, emit);
+  });
+}
+
+// PLE_FINISH: one warp per (row, layer) slice of P: fl(fl(RMSNorm(slice) + fl(e * sqrt(P))) *
+// rsqrt(2)) with e the token's per-layer embedding.
+DET_DEV_NOINLINE void det_mk_phase_ple_finish(const det_mk_ctx& c) {
+  const det_llama_model& m = c.P->model;
+  const det_mk_tile& t = *c.tile;
+  const int64_t P = m.ple_dim, LP = m.n_layers * P;
+  const float embed_scale = det_sqrt_f32((float)P), half = det_rsqrt_f32(2.0f);
+  for (int64_t task = c.gwarp; task < t.n * m.n_layers; task += c.nwarps) {
+    const int64_t b = task / m.n_layers, l = task % m.n_layers;
+    float* y = c.P->ws.ple + b * LP + l * P;
+    const uint16_t* e = m.ple_embed + (int64_t)t.token[b] * LP + l * P;
+    det_mk_warp_rmsnorm(y, P, m.ple_proj_norm, m.rms_eps);
+    for (int64_t k = det_lane(); k < P; k += DET_WARP)
+      y[k] = det_mul_f32(det_add_f32(y[k], det_mul_f32(det_bf16_to_f32(e[k]), embed_scale)), half);
+  }
+}
+
+// PLE_GATE (Gemma-4, after the MLP): act (rows, P) = gelu(x·Wgate) * the layer's per-layer input,
+// from the residual stream itself (not normalized).
+DET_DEV_NOINLINE void det_mk_phase_ple_gate(const det_mk_ctx& c, int64_t l) {
+  const det_llama_model& m = c.P->model;
+  const det_llama_layer& L = m.layers[l];
+  const int64_t H = m.hidden, P = m.ple_dim, LP = m.n_layers * P;
+  const float* ple = c.P->ws.ple;
+  float* act = c.P->ws.act;
+  const int nb = c.tile->n;
+  det_mk_with_nb(nb, [&]<int NB>() {
+    auto row = [&](int64_t it) { return det_mk_row{&L.ple_gate, det_mk_output(c, it)}; };
+    auto emit = [&](int64_t it, const float* y) {
+      if (det_lane() != 0) return;
+      const int64_t n = det_mk_output(c, it);
+      for (int b = 0; b < nb; ++b)
+        act[b * P + n] = det_mul_f32(det_act_f32(DET_ACT_GELU_TANH, y[b]), ple[b * LP + l * P + n]);
+    };
+    det_mk_gemv<NB>(c, det_mk_items(c, P), H, row, c.P->ws.x, H, nb, emit);
+  });
+}
+
+// HEAD: final norm of the wanted rows and the lm_head rows; logits go to the tile's destinations.
+DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c) {
+  const det_llama_model& m = c.P->model;
+  const det_mk_tile& t = *c.tile;
+  const int nw = t.n_want;
+  det_mk_norm_rows(c, nw, t.want_row, false, m.final_norm);
+  det_mk_with_nb(nw, [&]<int NB>() {
+    const det_matrix head = det_dense_matrix(m.lm_head);
+    auto row = [&](int64_t it) { return det_mk_row{&head, det_mk_output(c, it)}; };
+    auto emit = [&](int64_t it, const float* y) {
+      if (det_lane() != 0) return;
+      const int64_t n = det_mk_output(c, it);
+      for (int j = 0; j < nw; ++j) t.dst[j][n] = m.softcap ? det_softcap_f32(y[j], *m.softcap) : y[j];
+    };
+    det_mk_gemv<NB>(c, det_mk_items(c, m.vocab), m.hidden, row, c.area, m.hidden, nw, emit);
+  });
+}
+
+// The canonical sum (§9, sum form) of x[0..K) on one warp, returned on every lane.
+DET_DEV float det_mk_warp_sum_f32(const float* x, int64_t K) {
+  float acc[1] = {0.0f};
+  for (int64_t k0 = DET_REDUCE_RUN * det_lane(); k0 < K; k0 += DET_REDUCE_BLOCK)
+    for (int i = 0; i < DET_REDUCE_RUN && k0 + i < K; ++i) acc[0] = det_add_f32(acc[0], x[k0 + i]);
+  det_mk_warp_tree<1>(acc);
+  det_shfl_idx_n(acc, 1, 0);
+  return acc[0];
+}
+
+// A sampled pick (det_sample.h) by the block: the elementwise steps and the max over the block's
+// threads, the canonical sum on warp 0, the walk on thread 0. Returns false (nothing written)
+// when a logit is not finite: the caller then takes the argmax, as the contract says.
+DET_DEV bool det_mk_sample(const det_mk_ctx& c, const float* lg, const det_sample_params& sp, int64_t position,
+                           int j, int s) {
+  const int64_t V = c.P->model.vocab;
+  float* e = c.P->ws.sample_e + j * V;
+  float* part = c.area;  // per-warp maxima, then [warps]: m, [warps + 1]: S, [warps + 2]: non-finite flag
+  const int nw = det_warps();
+  if (det_thread() == 0) part[nw + 2] = 0.0f;
+  det_sync_block();
+  float mx = det_sample_scaled(lg[0], sp);
+  for (int64_t i = det_thread(); i < V; i += det_threads()) {
+    if (!det_sample_finite(lg[i])) part[nw + 2] = 1.0f;  // any thread may raise it
+    e[i] = det_sample_scaled(lg[i], sp);
+    mx = e[i] > mx ? e[i] : mx;
+  }
+  det_shfl_down_combine_n(&mx, 1, 16, [](float a, float b) { return b > a ? b : a; });
+  det_shfl_down_combine_n(&mx, 1, 8, [](float a, float b) { return b > a ? b : a; });
+  det_shfl_down_combine_n(&mx, 1, 4, [](float a, float b) { return b > a ? b : a; });
+  det_shfl_down_combine_n(&mx, 1, 2, [](float a, float b) { return b > a ? b : a; });
+  det_shfl_down_combine_n(&mx, 1, 1, [](float a, float b) { return b > a ? b : a; });
+  if (det_lane() == 0) part[det_warp()] = mx;
+  det_sync_block();
+  if (part[nw + 2] != 0.0f) {
+    det_sync_block();  // everyone has read the flag before the area is reused
+    return false;
+  }
+  if (det_thread() == 0) {
+    for (int w = 1; w < nw; ++w) mx = part[w] > mx ? part[w] : mx;
+    part[nw] = mx;
+  }
+  det_sync_block();
+  const float m = part[nw];
+  for (int64_t i = det_thread(); i < V; i += det_threads()) e[i] = det_sample_weight(e[i], m);
+  det_sync_block();
+  if (det_warp() == 0) {
+    const float S = det_mk_warp_sum_f32(e, V);
+    if (det_lane() == 0) part[nw + 1] = S;
+  }
+  det_sync_block();
+  if (det_thread() == 0)
+    c.P->ws.next_token[s] = det_sample_walk(e, V, part[nw + 1], sp, position, c.P->ws.sample_heap + j * V);
+  det_sync_block();
+  return true;
+}
+
+// ARGMAX: block j (mod grid) picks wanted row j's next token and records it for its sequence. A
+// greedy pick ranks the logits by the total order of det_argmax.h over the block's threads (any
+// partition gives the same id); a sampled one is det_sample_f32, run by thread 0 (docs/SPEC.md §15).
+DET_DEV_NOINLINE void det_mk_phase_argmax(const det_mk_ctx& c) {
+  const det_mk_tile& t = *c.tile;
+  const det_mk_program& p = c.P->prog;
+  const int64_t V = c.P->model.vocab;
+  float* best_v = c.area;
+  int32_t* best_i = (int32_t*)(c.area + det_warps());
+  for (int j = det_block(); j < t.n_want; j += det_blocks()) {
+    const float* lg = t.dst[j];
+    const int row = t.want_row[j], s = t.seq[row];
+    if (p.sample && !det_sample_greedy(p.sample[s]) && det_mk_sample(c, lg, p.sample[s], t.pos[row] + 1, j, s))
+      continue;
+    float v = lg[0];
+    int32_t id = 0;
+    for (int64_t n = det_thread(); n < V; n += det_threads())
+      if (det_argmax_better(lg[n], n, v, id)) v = lg[n], id = (int32_t)n;
+    for (int delta = DET_WARP / 2; delta >= 1; delta >>= 1) {
+      float ov = v;
+      int32_t oi = id;
+      det_shfl_down_n(&ov, 1, delta);
+      det_shfl_down_n(&oi, 1, delta);
+      if (det_argmax_better(ov, oi, v, id)) v = ov, id = oi;
+    }
+    if (det_lane() == 0) best_v[det_warp()] = v, best_i[det_warp()] = id;
+    det_sync_block();
+    if (det_thread() == 0) {
+      for (int w = 1; w < det_warps(); ++w)
+        if (det_argmax_better(best_v[w], best_i[w], v, id)) v = best_v[w], id = best_i[w];
+      c.P->ws.next_token[s] = id;
+    }
+    det_sync_block();
+  }
+}
+
+// One tile through every layer and, for its wanted rows, the head.
+DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
+  const det_llama_model& m = c.P->model;
+  const det_mk_workspace& ws = c.P->ws;
+  const bool ple = m.ple_dim > 0;
+  if (ple) {
+    det_mk_phase_ple_project(c);
+    det_sync_grid(ws.barrier);
+    det_mk_phase_ple_finish(c);
+    det_sync_grid(ws.barrier);
+  }
+  for (int64_t l = 0; l < m.n_layers; ++l) {
+    const det_llama_layer& L = m.layers[l];
+    det_mk_phase_qkv(c, l);
+    det_sync_grid(ws.barrier);
+    det_mk_phase_rope(c, l);
+    det_sync_grid(ws.barrier);
+    det_mk_phase_attn(c, l);
+    det_sync_grid(ws.barrier);
+    det_mk_phase_residual_gemv(c, &L.wo, ws.att, m.n_heads * L.head_dim, L.attn_out_norm);
+    det_sync_grid(ws.barrier);
+    if (L.attn_out_norm) {
+      det_mk_phase_out_norm(c, L.attn_out_norm, nullptr);
+      det_sync_grid(ws.barrier);
+    }
+    det_mk_phase_mlp(c, l);
+    det_sync_grid(ws.barrier);
+    det_mk_phase_residual_gemv(c, &L.w_down, ws.act, L.inter, L.mlp_out_norm);
+    det_sync_grid(ws.barrier);
+    // The layer scalar rides on the layer's last output norm (det_mk_check_model).
+    if (L.mlp_out_norm) {
+      det_mk_phase_out_norm(c, L.mlp_out_norm, ple ? nullptr : L.scalar);
+      det_sync_grid(ws.barrier);
+    }
+    if (ple) {
+      det_mk_phase_ple_gate(c, l);
+      det_sync_grid(ws.barrier);
+      det_mk_phase_residual_gemv(c, &L.ple_proj, ws.act, m.ple_dim, true);
+      det_sync_grid(ws.barrier);
+      det_mk_phase_out_norm(c, L.ple_out_norm, L.scalar);
+      det_sync_grid(ws.barrier);
+    }
+  }
+  if (c.tile->n_want > 0) {
+    det_mk_phase_head(c);
+    det_sync_grid(ws.barrier);
+  }
+}

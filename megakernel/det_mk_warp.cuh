@@ -1,0 +1,142 @@
+// det_mk_warp.cuh: the megakernel's warp building blocks: the thread's view of the launch
+// (det_mk_ctx), the canonical 32-lane tree of docs/SPEC.md §9, and the streamed GEMV with its
+// per-warp weight ring (cp.async stages of 16 bytes per lane), dense bf16 or nf4 rows.
+#pragma once
+
+#include "det_megakernel.h"
+#include "det_simt.h"
+
+// One thread's view of the launch.
+struct det_mk_ctx {
+  const det_mk_params* P;
+  det_mk_tile* tile;
+  det_vec_u32x4* ring;  // this warp's weight ring: depth x 32 lanes x 16 bytes
+  int depth;            // ring stages: 2 or 4
+  float* area;          // the block's phase area (normalized rows, attention scratch, argmax)
+  int gwarp, nwarps;    // this warp's index in the grid, warps in the grid
+};
+
+// ---- warp building blocks ---------------------------------------------------------------------
+
+// The canonical tree (docs/SPEC.md §9) for N reductions at once: lane l is accumulator l of each
+// (acc[r]); steps 16..1 add lane l + 16..1. Reduction r's result is acc[r] on lane 0 (other lanes
+// hold partial sums).
+template <int N>
+DET_DEV void det_mk_warp_tree(float (&acc)[N]) {
+  for (int delta = DET_WARP / 2; delta >= 1; delta >>= 1)
+    det_shfl_down_combine_n(acc, N, delta, [](float a, float b) { return det_add_f32(a, b); });
+}
+
+// Canonical dot of two fp32 vectors of length K (K % 8 == 0), returned on every lane: lane l takes
+// the runs 8l .. 8l + 7 of every block of 256 as one fma chain.
+DET_DEV float det_mk_warp_dot_f32(const float* a, const float* b, int64_t K) {
+  float acc[1] = {0.0f};
+  for (int64_t k = DET_REDUCE_RUN * det_lane(); k < K; k += DET_REDUCE_BLOCK)
+    for (int i = 0; i < DET_REDUCE_RUN; ++i) acc[0] = det_fma_f32(a[k + i], b[k + i], acc[0]);
+  det_mk_warp_tree<1>(acc);
+  det_shfl_idx_n(acc, 1, 0);
+  return acc[0];
+}
+
+// Calls f.template operator()<NB>() with NB the smallest of 1, 2, 4, 8, 16 holding n rows.
+template <class F>
+DET_DEV void det_mk_with_nb(int n, F f) {
+  if (n <= 1) f.template operator()<1>();
+  else if (n <= 2) f.template operator()<2>();
+  else if (n <= 4) f.template operator()<4>();
+  else if (n <= 8) f.template operator()<8>();
+  else f.template operator()<16>();
+}
+
+// One weight row as the GEMV reads it: row r of matrix w (cols elements, dense bf16 or nf4).
+struct det_mk_row {
+  const det_matrix* w;
+  int64_t r;
+};
+
+// Lane's 8 weights at columns k..k+7 of row `row`, from the 16 bytes its ring slot received
+// (8 bf16, or 4 bytes of nf4 codes whose 8 elements share one block: blocks hold at least 8).
+DET_DEV void det_mk_decode8(const det_mk_row& row, int64_t K, int64_t k, const det_vec_u32x4& w4, float (&w)[8]) {
+  if (row.w->bf16) {
+    const uint32_t words[4] = {w4.x, w4.y, w4.z, w4.w};
+    for (int j = 0; j < 4; ++j) {
+      w[2 * j] = det_bf16_to_f32((uint16_t)(words[j] & 0xffffu));
+      w[2 * j + 1] = det_bf16_to_f32((uint16_t)(words[j] >> 16));
+    }
+    return;
+  }
+  const det_matrix& m = *row.w;
+  const int64_t i = row.r * K + k;
+  const float scale = m.absmax[i >> m.block_shift];
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t byte = (w4.x >> (8 * j)) & 0xffu;
+    w[2 * j] = det_nf4_weight_f32(m.code[byte >> 4], scale);
+    w[2 * j + 1] = det_nf4_weight_f32(m.code[byte & 15u], scale);
+  }
+}
+
+// The warp's GEMV rows: item it is the weight row row(it) (a det_mk_row; K % 8 == 0, rows 16-byte
+// aligned when dense, 4-byte when nf4), dotted with the nb input rows x + b*ldx. Weights stream
+// through the warp's ring of c.depth stages (each lane copies and later reads only its own slot,
+// so no warp barrier is needed); each weight is read once for all nb rows. After each item,
+// emit(it, y) runs on every lane with y[b] = the canonical dot, valid on lane 0.
+template <int NB, class Row, class Emit>
+DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row row, const float* x,
+                         int64_t ldx, int nb, Emit emit) {
+  if (n_items <= 0) return;
+  const int lane = det_lane();
+  const int64_t steps = (K + 8 * DET_WARP - 1) / (8 * DET_WARP), total = n_items * steps;
+  det_vec_u32x4* ring = c.ring;
+  const int depth = c.depth, mask = depth - 1;
+  int64_t issue_it = 0, issue_s = 0, issued = 0;
+  auto issue = [&]() {  // the next (item, step) into its ring slot, or an empty group at the end
+    if (issued < total) {
+      const int64_t k = issue_s * 8 * DET_WARP + 8 * lane;
+      if (k < K) {
+        const det_mk_row src = row(issue_it);
+        det_vec_u32x4* dst = &ring[(issued & mask) * DET_WARP + lane];
+        if (src.w->bf16) det_cp_async16(dst, src.w->bf16 + src.r * K + k);
+        else det_cp_async4(dst, src.w->nf4 + (src.r * K + k) / 2);
+      }
+      if (++issue_s == steps) issue_s = 0, ++issue_it;
+    }
+    ++issued;
+    det_cp_async_commit();
+  };
+  for (int f = 0; f < depth - 1; ++f) issue();
+
+  float acc[NB];  // lane l is accumulator l of each input row's dot (§9)
+  for (int b = 0; b < NB; ++b) acc[b] = 0.0f;
+  int64_t it = 0, s = 0;
+  for (int64_t f = 0; f < total; ++f) {
+    issue();
+    if (depth == 4) det_cp_async_wait<3>();  // stage f has landed; depth - 1 stay in flight
+    else det_cp_async_wait<1>();
+    const int64_t k = s * 8 * DET_WARP + 8 * lane;
+    if (k < K) {
+      float w[8];
+      det_mk_decode8(row(it), K, k, ring[(f & mask) * DET_WARP + lane], w);
+      for (int b = 0; b < NB; ++b) {
+        if (b >= nb) break;
+        const det_vec_f32x4 x0 = det_load_f32x4(x + b * ldx + k), x1 = det_load_f32x4(x + b * ldx + k + 4);
+        const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        for (int i = 0; i < 8; ++i) acc[b] = det_fma_f32(w[i], xv[i], acc[b]);
+      }
+    }
+    if (++s == steps) {
+      det_mk_warp_tree<NB>(acc);
+      float y[NB] = {};
+      for (int b = 0; b < NB; ++b) y[b] = acc[b];
+      emit(it, y);
+      for (int b = 0; b < NB; ++b) acc[b] = 0.0f;
+      s = 0;
+      ++it;
+    }
+  }
+}
+
+// Items of this warp when N outputs are dealt round-robin over the grid's warps.
+DET_DEV int64_t det_mk_items(const det_mk_ctx& c, int64_t N) {
+  return c.gwarp < N ? (N - 1 - c.gwarp) / c.nwarps + 1 : 0;
+}
+DET_DEV int64_t det_mk_output(const det_mk_ctx& c, int64_t it) { return c.gwarp + it * c.nwarps; }
