@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "../contract/det_llama_model.h"
+#include "../model/det_llama_model.h"
 #include "det_lane_blocks.h"
 
 // ISA levels. The level used is the CPU's, capped by DET_INFER_GEMV=ref|avx2 in the environment or

@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "../contract/det_llama_model.h"
+#include "../model/det_llama_model.h"
 #include "../contract/det_sample.h"
 
 // Forward pass for n rows. For rows with want_logits[i] != 0 (all rows if want_logits is null),

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../contract/det_llama_model.h"
+#include "../model/det_llama_model.h"
 #include "../contract/det_sample.h"
 
 #if defined(__CUDACC__)

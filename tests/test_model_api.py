@@ -222,7 +222,7 @@ def test_config_field_table_is_the_same_in_python_and_cpp(di):
     engine_ints has exactly that length for a model with two rope tables."""
     import re
 
-    header = (Path(__file__).resolve().parent.parent / "det_infer_cpu" / "det_model_cfg.h").read_text()
+    header = (Path(__file__).resolve().parent.parent / "model" / "det_model_cfg.h").read_text()
 
     def names(macro):
         body = re.search(rf"#define {macro}\(X\)(.*?)(?<!\\)\n", header, re.S).group(1)

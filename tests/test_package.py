@@ -41,9 +41,9 @@ def test_build_toml_fields():
         for src in sec["src"]:
             assert (ROOT / src).is_file(), src
     listed = set(build["kernel"]["det_infer_cpu"]["src"])
-    on_disk = {str(p.relative_to(ROOT)) for d in ("contract", "det_infer_cpu", "megakernel") for p in (ROOT / d).rglob("*")
+    on_disk = {str(p.relative_to(ROOT)) for d in ("contract", "det_infer_cpu", "megakernel", "model") for p in (ROOT / d).rglob("*")
                if p.is_file() and "__pycache__" not in p.parts}
-    assert listed == on_disk, "every CPU source, contract header and megakernel file is listed in build.toml"
+    assert listed == on_disk, "every CPU source, contract header, model header and megakernel file is listed in build.toml"
     # The CUDA build carries the CPU engine too: its list is the CPU list plus det_infer_cuda/ only.
     cuda = set(build["kernel"]["det_infer_cuda"]["src"])
     assert listed <= cuda and all(s.startswith("det_infer_cuda/") for s in cuda - listed)

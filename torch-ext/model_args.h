@@ -1,6 +1,6 @@
 // model_args.h: turning the mak_* / mega_* op arguments (a weight list in the canonical order of
 // torch-ext/det_infer/names.py, the integer config, KV-cache tensors, index tensors) into the
-// torch-free structs of contract/det_llama_model.h, checking every tensor on the way.
+// torch-free structs of model/det_llama_model.h, checking every tensor on the way.
 #pragma once
 
 #include <torch/torch.h>
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "../contract/det_llama_model.h"
-#include "../det_infer_cpu/det_model_cfg.h"
+#include "../model/det_llama_model.h"
+#include "../model/det_model_cfg.h"
 #include "../contract/det_sample.h"
 
 struct Assembled {
@@ -33,7 +33,7 @@ det_matrix matrix_view(const torch::Tensor& w, const torch::Tensor& absmax, int6
                        const std::string& what, const torch::Device& device);
 
 // Views of (2, capacity, m.kv_row) float32 KV-cache tensors on `device` (K then V; a row holds the
-// K (V) vectors of every layer that stores its own, contract/det_llama_model.h).
+// K (V) vectors of every layer that stores its own, model/det_llama_model.h).
 std::vector<det_kv_cache> cache_views(const det_llama_model& m, const std::vector<torch::Tensor>& caches,
                                       const torch::Device& device);
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "det_infer_cpu/det_llama_cpu.h"
-#include "det_infer_cpu/det_model_cfg.h"
+#include "model/det_model_cfg.h"
 
 namespace {
 

@@ -2,7 +2,7 @@
 
 Every field that changes the math is read here and either supported or refused with an error that
 names it. The engine receives the integer fields as LLAMA_CFG_FIELDS (the order of the CFG_* enum
-of det_infer_cpu/det_model_cfg.h, which reads them).
+of model/det_model_cfg.h, which reads them).
 """
 from dataclasses import dataclass, field
 
@@ -26,7 +26,7 @@ ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 _ACT_CODES = {"silu": 0, "gelu_tanh": 1}  # DET_ACT_* in contract/det_act.h
 
 # The integer config the engine reads (engine_ints): these fields, then ROPE_TABLE_FIELDS per rope
-# table, then LAYER_FIELDS per layer. The same table as DET_CFG_FIELDS in det_infer_cpu/det_model_cfg.h
+# table, then LAYER_FIELDS per layer. The same table as DET_CFG_FIELDS in model/det_model_cfg.h
 # (tests/test_model_api.py checks that the two agree).
 LLAMA_CFG_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                     "max_head_dim", "max_intermediate_size", "vocab_size", "rope_tables", "qk_norm",

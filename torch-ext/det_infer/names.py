@@ -5,7 +5,7 @@ import re
 import torch
 
 # Per-layer tensors in the order the engine reads them (det_model_from_cfg in
-# det_infer_cpu/det_model_cfg.h, called by torch-ext/model_args.cpp's assemble()).
+# model/det_model_cfg.h, called by torch-ext/model_args.cpp's assemble()).
 LLAMA_LAYER_TENSORS = (
     "input_layernorm.weight",
     "self_attn.q_proj.weight",

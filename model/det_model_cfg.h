@@ -1,4 +1,4 @@
-// det_model_cfg.h: the model struct (contract/det_llama_model.h) from the integer config and the
+// det_model_cfg.h: the model struct (model/det_llama_model.h) from the integer config and the
 // weight list in names.py's canonical order; the one reading of that order, shared by the torch
 // binding (torch-ext/model_args.cpp, which checks every tensor) and the torch-free test tools
 // (tests/native/engine_digest.cpp). Host code.
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "../contract/det_llama_model.h"
+#include "det_llama_model.h"
 #include "../contract/det_rsqrt.h"
 
 // The integer config, one table for both sides: these names are config.py's LLAMA_CFG_FIELDS,

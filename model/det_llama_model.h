@@ -8,8 +8,8 @@
 
 #include <stdint.h>
 
-#include "det_act.h"
-#include "det_nf4.h"
+#include "../contract/det_act.h"
+#include "../contract/det_nf4.h"
 
 struct det_llama_layer {
   const float* attn_norm;      // (hidden,)
