@@ -13,10 +13,12 @@
 #include "../contract/det_act.h"
 #include "../contract/det_argmax.h"
 #include "../contract/det_attention.h"
+#include "../contract/det_model_ops.h"
 #include "../contract/det_norm.h"
 #include "../contract/det_trig.h"
 #include "det_kernels_cpu.h"
 #include "det_parallel.h"
+#include "../model/det_program.h"
 
 namespace {
 
@@ -86,12 +88,6 @@ void rmsnorm(const float* X, const float* w, float* Y, int64_t rows, int64_t K, 
 
 DET_CPU_CLONES void add_into(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = det_add_f32(x[i], y[i]);
-}
-
-// The residual step x += y, with y normalized first when the layer has an output norm (Gemma).
-void add_residual(float* x, float* y, const float* out_norm, int64_t B, int64_t H, float eps) {
-  if (out_norm) rmsnorm(y, out_norm, y, B, H, eps);
-  add_into(x, y, B * H);
 }
 
 // Rotates each head of v (heads x head_dim) in place: pair (i, i + half) by the row's (sin, cos)
@@ -174,145 +170,203 @@ DET_CPU_CLONES void attend(const float* q, const float* kc, const float* vc, int
   for (int64_t d = 0; d < D; ++d) out[d] = det_div_f32(s.O[d], run.l);
 }
 
-// ---- one block of rows through the whole model ------------------------------------------------
+// ---- one block of rows through the layer plan ------------------------------------------------
 struct Block {
-  std::vector<float> x, h, q, k, v, att, gate, up, tmp, ple;
+  std::vector<float> x, h, q, k, v, att, gate, up, tmp, ple;  // gate holds act(gate) * up, or the PLE branch's
   std::vector<det_sincos_f32> sc;
 };
 
-int check_rows(const det_llama_model* m, int64_t n, const int32_t* tokens, const int64_t* positions,
-               det_kv_cache* const* caches) {
-  if (!m || !tokens || !positions || !caches || n < 1 || !det_llama_model_valid(m)) return DET_ERR_ARG;
-  std::vector<std::pair<const det_kv_cache*, int64_t>> last;  // each cache's latest position so far
-  for (int64_t i = 0; i < n; ++i) {
-    if (!caches[i] || !caches[i]->k || !caches[i]->v) return DET_ERR_ARG;
-    if (tokens[i] < 0 || tokens[i] >= m->vocab) return DET_ERR_TOKEN;
-    if (positions[i] < 0 || positions[i] >= caches[i]->capacity || positions[i] > DET_MAX_POSITION)
-      return DET_ERR_POSITION;
-    auto seen = std::find_if(last.begin(), last.end(), [&](const auto& e) { return e.first == caches[i]; });
-    if (seen == last.end()) {
-      last.push_back({caches[i], positions[i]});
-    } else {
-      if (seen->second >= positions[i]) return DET_ERR_ORDER;
-      seen->second = positions[i];
-    }
+// The rows of one block and where their results go: what every step reads besides its operands.
+struct Rows {
+  const det_llama_model* m;
+  int64_t B;
+  const int32_t* tokens;
+  const int64_t* positions;
+  det_kv_cache* const* caches;
+  const uint8_t* want;  // null: every row wants logits
+  float* logits;
+  Block& w;
+};
+
+// EMBED: the residual stream starts as the embeddings; every table's (sin, cos) of each row's
+// position, table t from rope[t].offset.
+void step_embed(const Rows& r) {
+  const det_llama_model* m = r.m;
+  const int64_t H = m->hidden, pairs = m->rope_pairs;
+  for (int64_t b = 0; b < r.B; ++b) {
+    const uint16_t* e = m->embed + (int64_t)r.tokens[b] * H;
+    for (int64_t i = 0; i < H; ++i) r.w.x[b * H + i] = det_embed_f32(e[i], m->embed_scale);
+    for (int64_t i = 0; i < pairs; ++i)
+      r.w.sc[b * pairs + i] = det_sincos_f64(det_rope_angle_f64(r.positions[b], m->inv_freq[i]));
   }
-  return DET_OK;
 }
 
-// Gemma-4's per-layer inputs of each row (docs/SPEC.md §13.7): ple (B, n_layers * P) =
-// fl(fl(RMSNorm_P(fl(x·Wproj * H^-1/2)) + fl(e * sqrt(P))) * 2^-1/2), per layer's P-slice.
-void per_layer_inputs(const det_llama_model* m, int64_t B, const int32_t* tokens, const float* x, Block& w) {
-  const int64_t H = m->hidden, P = m->ple_dim, LP = m->n_layers * P;
-  w.ple.resize(B * LP);
-  gemv(m->ple_model_proj, LP, H, x, B, w.ple.data());
-  const float proj_scale = det_rsqrt_f32((float)H), embed_scale = det_sqrt_f32((float)P);
-  const float half = det_rsqrt_f32(2.0f);
-  scale_into(w.ple.data(), proj_scale, B * LP);
-  rmsnorm(w.ple.data(), m->ple_proj_norm, w.ple.data(), B * m->n_layers, P, m->rms_eps);
+// PLE_PROJECT and PLE_FINISH (docs/SPEC.md §13.7): ple (B, n_layers * P) = fl(x·Wproj * rsqrt(H)),
+// then per (row, layer) slice of P the norm and det_ple_combine_f32.
+void step_ple_project(const Rows& r, const det_step& s) {
+  const det_llama_model* m = r.m;
+  r.w.ple.resize(r.B * s.n);
+  gemv(m->ple_model_proj, s.n, s.k, r.w.x.data(), r.B, r.w.ple.data());
+  scale_into(r.w.ple.data(), det_ple_scales_of(m->hidden, m->ple_dim).proj, r.B * s.n);
+}
+
+void step_ple_finish(const Rows& r) {
+  const det_llama_model* m = r.m;
+  const int64_t LP = m->n_layers * m->ple_dim;
+  const det_ple_scales k = det_ple_scales_of(m->hidden, m->ple_dim);
+  rmsnorm(r.w.ple.data(), m->ple_proj_norm, r.w.ple.data(), r.B * m->n_layers, m->ple_dim, m->rms_eps);
+  for (int64_t b = 0; b < r.B; ++b) {
+    const uint16_t* e = m->ple_embed + (int64_t)r.tokens[b] * LP;
+    float* y = r.w.ple.data() + b * LP;
+    for (int64_t i = 0; i < LP; ++i) y[i] = det_ple_combine_f32(y[i], e[i], k);
+  }
+}
+
+// QKV: the attention input norm, then Wq (and Wk, Wv for a layer that stores its own K/V).
+void step_qkv(const Rows& r, const det_step& s) {
+  const det_llama_model* m = r.m;
+  const det_llama_layer& L = m->layers[s.layer];
+  const int64_t QD = m->n_heads * L.head_dim, KVD = m->n_kv_heads * L.head_dim;
+  rmsnorm(r.w.x.data(), L.attn_norm, r.w.h.data(), r.B, m->hidden, m->rms_eps);
+  const GemvPart qkv[3] = {{&L.wq, QD, r.w.q.data()}, {&L.wk, KVD, r.w.k.data()}, {&L.wv, KVD, r.w.v.data()}};
+  gemv_parts(qkv, L.kv_source == s.layer ? 3 : 1, s.k, r.w.h.data(), r.B);
+}
+
+// ROPE: head norms, the rotation, and the row's K and V into its cache at its position.
+void step_rope(const Rows& r, const det_step& s) {
+  const det_llama_model* m = r.m;
+  const det_llama_layer& L = m->layers[s.layer];
+  const int64_t D = L.head_dim, QD = m->n_heads * D, KVD = m->n_kv_heads * D, B = r.B;
+  const det_rope_table& rope = m->rope[L.rope_table];
+  const bool own_kv = L.kv_source == s.layer;
+  if (L.q_norm) rmsnorm(r.w.q.data(), L.q_norm, r.w.q.data(), B * m->n_heads, D, m->rms_eps);
+  if (own_kv && L.k_norm) rmsnorm(r.w.k.data(), L.k_norm, r.w.k.data(), B * m->n_kv_heads, D, m->rms_eps);
+  if (own_kv && L.v_norm) rmsnorm(r.w.v.data(), L.v_norm, r.w.v.data(), B * m->n_kv_heads, D, m->rms_eps);
   for (int64_t b = 0; b < B; ++b) {
-    const uint16_t* e = m->ple_embed + (int64_t)tokens[b] * LP;
-    float* y = w.ple.data() + b * LP;
-    for (int64_t i = 0; i < LP; ++i)
-      y[i] = det_mul_f32(det_add_f32(y[i], det_mul_f32(det_bf16_to_f32(e[i]), embed_scale)), half);
+    const det_sincos_f32* sc = r.w.sc.data() + b * m->rope_pairs + rope.offset;
+    rope_heads(r.w.q.data() + b * QD, m->n_heads, D, rope, sc);
+    if (!own_kv) continue;
+    rope_heads(r.w.k.data() + b * KVD, m->n_kv_heads, D, rope, sc);
+    const det_kv_cache* c = r.caches[b];
+    memcpy(c->k + r.positions[b] * m->kv_row + L.kv_offset, r.w.k.data() + b * KVD, KVD * sizeof(float));
+    memcpy(c->v + r.positions[b] * m->kv_row + L.kv_offset, r.w.v.data() + b * KVD, KVD * sizeof(float));
   }
 }
 
-void forward_block(const det_llama_model* m, int64_t B, const int32_t* tokens,
-                   const int64_t* positions, det_kv_cache* const* caches,
-                   const uint8_t* want_logits, float* logits, Block& w) {
-  const int64_t H = m->hidden, Dmax = m->head_dim, QDmax = m->n_heads * Dmax, KVDmax = m->n_kv_heads * Dmax;
-  const int64_t Imax = m->inter, pairs = m->rope_pairs, group = m->n_heads / m->n_kv_heads, P = m->ple_dim;
+// ATTEND: every (row, query head) over its cache, round-robin over the threads.
+void step_attend(const Rows& r, const det_step& s) {
+  const det_llama_model* m = r.m;
+  const det_llama_layer& L = m->layers[s.layer];
+  const int64_t D = L.head_dim, QD = m->n_heads * D, group = m->n_heads / m->n_kv_heads;
   const float scale = det_rsqrt_f32((float)m->attn_scale_dim);
-  w.x.resize(B * H); w.h.resize(B * std::max(H, QDmax)); w.q.resize(B * QDmax); w.k.resize(B * KVDmax);
-  w.v.resize(B * KVDmax); w.att.resize(B * QDmax); w.gate.resize(B * std::max(Imax, P)); w.up.resize(B * Imax);
-  w.tmp.resize(B * std::max(H, Imax)); w.sc.resize(B * pairs);
-
-  for (int64_t b = 0; b < B; ++b) {
-    const uint16_t* e = m->embed + (int64_t)tokens[b] * H;
-    for (int64_t i = 0; i < H; ++i) w.x[b * H + i] = det_mul_f32(det_bf16_to_f32(e[i]), m->embed_scale);
-    for (int64_t i = 0; i < pairs; ++i)  // every table's pairs, table t from rope[t].offset
-      w.sc[b * pairs + i] = det_sincos_f64(det_rope_angle_f64(positions[b], m->inv_freq[i]));
-  }
-  if (P > 0) per_layer_inputs(m, B, tokens, w.x.data(), w);
-
-  for (int64_t l = 0; l < m->n_layers; ++l) {
-    const det_llama_layer& L = m->layers[l];
-    const int64_t D = L.head_dim, QD = m->n_heads * D, KVD = m->n_kv_heads * D, I = L.inter;
-    const det_rope_table& rope = m->rope[L.rope_table];
-    const bool own_kv = L.kv_source == l;
-    rmsnorm(w.x.data(), L.attn_norm, w.h.data(), B, H, m->rms_eps);
-    const GemvPart qkv[3] = {{&L.wq, QD, w.q.data()}, {&L.wk, KVD, w.k.data()}, {&L.wv, KVD, w.v.data()}};
-    gemv_parts(qkv, own_kv ? 3 : 1, H, w.h.data(), B);
-    if (L.q_norm) rmsnorm(w.q.data(), L.q_norm, w.q.data(), B * m->n_heads, D, m->rms_eps);
-    if (own_kv && L.k_norm) rmsnorm(w.k.data(), L.k_norm, w.k.data(), B * m->n_kv_heads, D, m->rms_eps);
-    if (own_kv && L.v_norm) rmsnorm(w.v.data(), L.v_norm, w.v.data(), B * m->n_kv_heads, D, m->rms_eps);
-    for (int64_t b = 0; b < B; ++b) {
-      const det_sincos_f32* sc = w.sc.data() + b * pairs + rope.offset;
-      rope_heads(w.q.data() + b * QD, m->n_heads, D, rope, sc);
-      if (!own_kv) continue;
-      rope_heads(w.k.data() + b * KVD, m->n_kv_heads, D, rope, sc);
-      const det_kv_cache* c = caches[b];
-      memcpy(c->k + positions[b] * m->kv_row + L.kv_offset, w.k.data() + b * KVD, KVD * sizeof(float));
-      memcpy(c->v + positions[b] * m->kv_row + L.kv_offset, w.v.data() + b * KVD, KVD * sizeof(float));
+  det_parallel_round_robin(r.B * m->n_heads, [&](int64_t first, int64_t step) {
+    AttnScratch a;
+    a.group_o.resize(kGroups * D);
+    a.O.resize(D);
+    for (int64_t t = first; t < r.B * m->n_heads; t += step) {
+      const int64_t b = t / m->n_heads, hd = t % m->n_heads, g = hd / group, p = r.positions[b];
+      const det_kv_cache* c = r.caches[b];
+      const int64_t lo = L.window > 0 ? std::max<int64_t>(0, p - L.window + 1) : 0;
+      attend(r.w.q.data() + b * QD + hd * D, c->k + L.kv_offset + g * D, c->v + L.kv_offset + g * D, m->kv_row, D,
+             lo, p, scale, r.w.att.data() + b * QD + hd * D, a);
     }
-    det_parallel_round_robin(B * m->n_heads, [&](int64_t first, int64_t step) {
-      AttnScratch s;
-      s.group_o.resize(kGroups * D);
-      s.O.resize(D);
-      for (int64_t t = first; t < B * m->n_heads; t += step) {
-        const int64_t b = t / m->n_heads, hd = t % m->n_heads, g = hd / group, p = positions[b];
-        const det_kv_cache* c = caches[b];
-        const int64_t lo = L.window > 0 ? std::max<int64_t>(0, p - L.window + 1) : 0;
-        attend(w.q.data() + b * QD + hd * D, c->k + L.kv_offset + g * D, c->v + L.kv_offset + g * D, m->kv_row,
-               D, lo, p, scale, w.att.data() + b * QD + hd * D, s);
-      }
-    });
-    gemv(L.wo, H, QD, w.att.data(), B, w.tmp.data());
-    add_residual(w.x.data(), w.tmp.data(), L.attn_out_norm, B, H, m->rms_eps);
-    rmsnorm(w.x.data(), L.mlp_norm, w.h.data(), B, H, m->rms_eps);
-    gemv_gate_up_act((int)m->act, L.w_gate, L.w_up, I, H, w.h.data(), B, w.gate.data(), w.up.data());
-    gemv(L.w_down, H, I, w.gate.data(), B, w.tmp.data());
-    add_residual(w.x.data(), w.tmp.data(), L.mlp_out_norm, B, H, m->rms_eps);
-    if (P > 0) {  // Gemma-4's per-layer input: x += RMSNorm((gelu(x·Wgate) * ple_l)·Wproj)
-      gemv(L.ple_gate, P, H, w.x.data(), B, w.gate.data());
-      for (int64_t b = 0; b < B; ++b)
-        det_act_mul(DET_ACT_GELU_TANH, w.gate.data() + b * P, w.ple.data() + (b * m->n_layers + l) * P,
-                    w.gate.data() + b * P, P);
-      gemv(L.ple_proj, H, P, w.gate.data(), B, w.tmp.data());
-      add_residual(w.x.data(), w.tmp.data(), L.ple_out_norm, B, H, m->rms_eps);
-    }
-    if (L.scalar) scale_into(w.x.data(), *L.scalar, B * H);
-  }
+  });
+}
 
-  // Final norm and the head, for the rows that want logits (gathered first).
+// MLP: the MLP input norm, then act(gate) * up into w.gate.
+void step_mlp(const Rows& r, const det_step& s) {
+  const det_llama_model* m = r.m;
+  const det_llama_layer& L = m->layers[s.layer];
+  rmsnorm(r.w.x.data(), L.mlp_norm, r.w.h.data(), r.B, m->hidden, m->rms_eps);
+  gemv_gate_up_act((int)m->act, L.w_gate, L.w_up, s.n, s.k, r.w.h.data(), r.B, r.w.gate.data(), r.w.up.data());
+}
+
+// PLE_GATE: gelu(x·Wgate) * the layer's per-layer input, into w.gate.
+void step_ple_gate(const Rows& r, const det_step& s) {
+  const det_llama_model* m = r.m;
+  const int64_t P = s.n;
+  gemv(m->layers[s.layer].ple_gate, P, s.k, r.w.x.data(), r.B, r.w.gate.data());
+  for (int64_t b = 0; b < r.B; ++b)
+    det_act_mul(DET_ACT_GELU_TANH, r.w.gate.data() + b * P, r.w.ple.data() + (b * m->n_layers + s.layer) * P,
+                r.w.gate.data() + b * P, P);
+}
+
+// RESIDUAL: y = in·W, normalized first when the step has an output norm; x += y; then the scalar.
+void step_residual(const Rows& r, const det_step& s) {
+  const float* in = s.input == DET_IN_ATT ? r.w.att.data() : r.w.gate.data();
+  gemv(s.w, s.n, s.k, in, r.B, r.w.tmp.data());
+  if (s.norm) rmsnorm(r.w.tmp.data(), s.norm, r.w.tmp.data(), r.B, s.n, r.m->rms_eps);
+  add_into(r.w.x.data(), r.w.tmp.data(), r.B * s.n);
+  if (s.scalar) scale_into(r.w.x.data(), *s.scalar, r.B * s.n);
+}
+
+// HEAD: the final norm and lm_head for the rows that want logits (gathered first), softcapped.
+void step_head(const Rows& r, const det_step& s) {
+  const det_llama_model* m = r.m;
+  const int64_t H = m->hidden;
+  float* x = r.w.x.data();
   int64_t nw = 0;
-  for (int64_t b = 0; b < B; ++b)
-    if (!want_logits || want_logits[b]) {
-      if (nw != b) memcpy(w.x.data() + nw * H, w.x.data() + b * H, H * sizeof(float));
+  for (int64_t b = 0; b < r.B; ++b)
+    if (!r.want || r.want[b]) {
+      if (nw != b) memcpy(x + nw * H, x + b * H, H * sizeof(float));
       ++nw;
     }
   if (nw == 0) return;
-  rmsnorm(w.x.data(), m->final_norm, w.h.data(), nw, H, m->rms_eps);
-  gemv(det_dense_matrix(m->lm_head), m->vocab, H, w.h.data(), nw, logits);
+  rmsnorm(x, m->final_norm, r.w.h.data(), nw, H, m->rms_eps);
+  gemv(det_dense_matrix(m->lm_head), s.n, s.k, r.w.h.data(), nw, r.logits);
   if (m->softcap)
-    for (int64_t i = 0; i < nw * m->vocab; ++i) logits[i] = det_softcap_f32(logits[i], *m->softcap);
+    for (int64_t i = 0; i < nw * s.n; ++i) r.logits[i] = det_softcap_f32(r.logits[i], *m->softcap);
+}
+
+// The block's rows through every step of the model's plan.
+void forward_block(const Rows& r) {
+  const det_llama_model* m = r.m;
+  const int64_t B = r.B, H = m->hidden, QDmax = m->n_heads * m->head_dim, KVDmax = m->n_kv_heads * m->head_dim;
+  const int64_t Imax = m->inter, P = m->ple_dim;
+  Block& w = r.w;
+  w.x.resize(B * H); w.h.resize(B * std::max(H, QDmax)); w.q.resize(B * QDmax); w.k.resize(B * KVDmax);
+  w.v.resize(B * KVDmax); w.att.resize(B * QDmax); w.gate.resize(B * std::max(Imax, P)); w.up.resize(B * Imax);
+  w.tmp.resize(B * std::max(H, Imax)); w.sc.resize(B * m->rope_pairs);
+  for (int64_t i = 0; i < m->n_steps; ++i) {
+    const det_step& s = m->steps[i];
+    switch (s.kind) {
+      case DET_STEP_EMBED: step_embed(r); break;
+      case DET_STEP_PLE_PROJECT: step_ple_project(r, s); break;
+      case DET_STEP_PLE_FINISH: step_ple_finish(r); break;
+      case DET_STEP_QKV: step_qkv(r, s); break;
+      case DET_STEP_ROPE: step_rope(r, s); break;
+      case DET_STEP_ATTEND: step_attend(r, s); break;
+      case DET_STEP_MLP: step_mlp(r, s); break;
+      case DET_STEP_PLE_GATE: step_ple_gate(r, s); break;
+      case DET_STEP_RESIDUAL: step_residual(r, s); break;
+      case DET_STEP_HEAD: step_head(r, s); break;
+    }
+  }
 }
 
 }  // namespace
 
-int det_llama_forward(const det_llama_model* m, int64_t n, const int32_t* tokens,
-                      const int64_t* positions, det_kv_cache* const* caches,
-                      const uint8_t* want_logits, float* logits) {
-  int rc = check_rows(m, n, tokens, positions, caches);
+int det_llama_forward(const det_llama_model* m, int64_t n, const int32_t* tokens, const int64_t* positions,
+                      const int32_t* seq, det_kv_cache* const* caches, int64_t n_seq, const uint8_t* want_logits,
+                      float* logits) {
+  if (!m || !tokens || !positions || !seq || !caches || n_seq < 1 || !logits || !det_llama_model_valid(m))
+    return DET_ERR_ARG;
+  std::vector<int64_t> capacity(n_seq);
+  for (int64_t s = 0; s < n_seq; ++s) {
+    if (!caches[s] || !caches[s]->k || !caches[s]->v) return DET_ERR_ARG;
+    capacity[s] = caches[s]->capacity;
+  }
+  int rc = det_program_check(m, n, tokens, positions, seq, nullptr, n_seq, capacity.data(), 0, nullptr);
   if (rc != DET_OK) return rc;
   det_fpenv_guard env;
   Block w;
+  std::vector<det_kv_cache*> row_cache(kRowBlock);
   float* out = logits;
   for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
-    int64_t B = std::min(kRowBlock, n - r0);
+    const int64_t B = std::min(kRowBlock, n - r0);
+    for (int64_t b = 0; b < B; ++b) row_cache[b] = caches[seq[r0 + b]];
     const uint8_t* want = want_logits ? want_logits + r0 : nullptr;
-    forward_block(m, B, tokens + r0, positions + r0, caches + r0, want, out, w);
+    forward_block({m, B, tokens + r0, positions + r0, row_cache.data(), want, out, w});
     for (int64_t b = 0; b < B; ++b)
       if (!want || want[b]) out += m->vocab;
   }
@@ -328,25 +382,21 @@ int det_llama_generate(const det_llama_model* m, int64_t B, const int32_t* promp
       !out_tokens || !out_lengths || (n_stop > 0 && !stop_ids))
     return DET_ERR_ARG;
   const int64_t V = m->vocab;
-  // Prefill every prompt in one forward call; keep the logits of each prompt's last row.
-  std::vector<int32_t> tok;
-  std::vector<int64_t> pos;
-  std::vector<det_kv_cache*> cache;
-  std::vector<uint8_t> want;
+  det_program_rows rows;
+  int rc = det_program_prefill(B, prompts, prompt_offsets, start_positions, rows);
+  if (rc != DET_OK) return rc;
+  std::vector<int64_t> capacity(B);
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t len = prompt_offsets[b + 1] - prompt_offsets[b];
-    if (len < 1) return DET_ERR_ARG;
-    if (start_positions[b] + len + max_new - 1 > caches[b]->capacity) return DET_ERR_POSITION;
-    for (int64_t i = 0; i < len; ++i) {
-      tok.push_back(prompts[prompt_offsets[b] + i]);
-      pos.push_back(start_positions[b] + i);
-      cache.push_back(caches[b]);
-      want.push_back(i == len - 1);
-    }
+    if (!caches[b]) return DET_ERR_ARG;
+    capacity[b] = caches[b]->capacity;
   }
+  rc = det_program_check(m, rows.size(), rows.tokens.data(), rows.positions.data(), rows.seq.data(),
+                         rows.want.data(), B, capacity.data(), max_new, nullptr);
+  if (rc != DET_OK) return rc;
+  // The prefill in one forward call: the logits of each prompt's last row.
   std::vector<float> logits(B * V);
-  int rc = det_llama_forward(m, (int64_t)tok.size(), tok.data(), pos.data(), cache.data(),
-                             want.data(), logits.data());
+  rc = det_llama_forward(m, rows.size(), rows.tokens.data(), rows.positions.data(), rows.seq.data(), caches, B,
+                         rows.want.data(), logits.data());
   if (rc != DET_OK) return rc;
 
   std::vector<int64_t> next_pos(B), active;
@@ -360,7 +410,7 @@ int det_llama_generate(const det_llama_model* m, int64_t B, const int32_t* promp
   }
   for (int64_t t = 0; t < max_new && !active.empty(); ++t) {
     std::vector<int64_t> still;
-    tok.clear(); pos.clear(); cache.clear();
+    det_program_rows step;
     for (size_t a = 0; a < active.size(); ++a) {
       const int64_t b = active[a];
       const float* lg = logits.data() + a * V;
@@ -369,18 +419,14 @@ int det_llama_generate(const det_llama_model* m, int64_t B, const int32_t* promp
       out_tokens[b * max_new + t] = id;
       out_lengths[b] = t + 1;
       if (step_logits) memcpy(step_logits + (b * max_new + t) * V, lg, V * sizeof(float));
-      bool stop = false;
-      for (int64_t s = 0; s < n_stop; ++s) stop = stop || stop_ids[s] == id;
-      if (stop || t + 1 == max_new) continue;
+      if (!det_decode_continues(id, t, max_new, stop_ids, n_stop)) continue;
       still.push_back(b);
-      tok.push_back(id);
-      pos.push_back(next_pos[b]++);
-      cache.push_back(caches[b]);
+      step.add(id, next_pos[b]++, (int32_t)b, true);
     }
     active.swap(still);
     if (active.empty()) break;
-    rc = det_llama_forward(m, (int64_t)tok.size(), tok.data(), pos.data(), cache.data(), nullptr,
-                           logits.data());
+    rc = det_llama_forward(m, step.size(), step.tokens.data(), step.positions.data(), step.seq.data(), caches, B,
+                           nullptr, logits.data());
     if (rc != DET_OK) return rc;
   }
   return DET_OK;

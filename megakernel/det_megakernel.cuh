@@ -28,6 +28,7 @@
 #pragma once
 
 #include "det_mk_steps.cuh"
+#include "../model/det_program.h"
 
 // ---- the program ------------------------------------------------------------------------------
 
@@ -52,7 +53,7 @@ DET_DEV void det_mk_build_prefill_tile(const det_mk_params& P, det_mk_tile& t, i
 }
 
 // Thread 0 of each block: records step `step`'s tokens (block 0 writes the outputs), retires the
-// sequences that stop, and lists the others, with the token each feeds back.
+// sequences that stop (det_decode_continues), and lists the others, with the token each feeds back.
 DET_DEV void det_mk_plan_decode_step(const det_mk_params& P, det_mk_tile& t, int64_t step) {
   const det_mk_program& p = P.prog;
   t.n_step = 0;
@@ -63,9 +64,7 @@ DET_DEV void det_mk_plan_decode_step(const det_mk_params& P, det_mk_tile& t, int
       p.out_tokens[s * p.max_new + step] = id;
       p.out_lengths[s] = step + 1;
     }
-    bool stop = step + 1 == p.max_new;
-    for (int64_t i = 0; i < p.n_stop; ++i) stop = stop || p.stop_ids[i] == id;
-    if (stop) {
+    if (!det_decode_continues(id, step, p.max_new, p.stop_ids, p.n_stop)) {
       t.live[s] = 0;
       continue;
     }

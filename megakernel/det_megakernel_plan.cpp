@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "det_megakernel.h"
+#include "../model/det_program.h"
 
 namespace {
 
@@ -68,16 +69,9 @@ int det_mk_check_model(const det_llama_model* m, const char** why) {
   if (m->vocab > (int64_t)1 << 30 || m->n_layers < 1 || m->n_heads < 1 || m->n_kv_heads < 1 ||
       m->n_heads % m->n_kv_heads || !m->layers)
     return fail(why, DET_MK_ERR_SHAPE, "inconsistent model shape (heads, kv heads, layers or vocab)");
-  // A layer scalar is applied with the layer's last output norm: the per-layer branch's, or the MLP's.
-  for (int64_t l = 0; l < m->n_layers; ++l) {
-    const det_llama_layer& L = m->layers[l];
-    if ((m->ple_dim > 0 && !L.ple_out_norm) || (L.scalar && m->ple_dim == 0 && !L.mlp_out_norm))
-      return fail(why, DET_MK_ERR_SHAPE, "the megakernel needs the per-layer input branch's output norm, and a "
-                                         "layer scalar only on layers with an MLP output norm");
-  }
   if (!det_llama_model_valid(m))
     return fail(why, DET_MK_ERR_SHAPE, "a projection is neither dense bf16 nor nf4 with absmax, codebook and a "
-                                       "block of 8 to 2^20 elements, or a switch (activation, rope tables, a "
+                                       "block of 8 to 2^20 elements, the layer plan is malformed, or a switch (activation, rope tables, a "
                                        "layer's table, window, head size, MLP width or K/V source) is out of range");
   return DET_MK_OK;
 }
@@ -163,34 +157,9 @@ int det_mk_plan_geometry(const det_llama_model* m, det_mk_geometry* g, const det
 int det_mk_check_program(const det_llama_model* m, const det_mk_program* p, const int32_t* tokens,
                          const int64_t* positions, const int32_t* seq, const uint8_t* want,
                          const int64_t* capacities, const char** why) {
-  if (p->n_rows < 1 || p->n_seq < 1)
-    return fail(why, DET_MK_ERR_PROGRAM, "a program needs at least one row and one sequence");
   if (p->max_new > 0 && p->n_seq > DET_MK_ROWS_MAX)
     return fail(why, DET_MK_ERR_PROGRAM, "a generate program takes at most 16 sequences");
-  if (p->max_new < 0 || p->n_stop < 0) return fail(why, DET_MK_ERR_PROGRAM, "negative max_new or stop count");
-  // Each sequence's rows come in increasing position order; in generate mode exactly its last row
-  // is wanted and the decode steps must fit its cache.
-  for (int64_t i = 0; i < p->n_rows; ++i) {
-    if (seq[i] < 0 || seq[i] >= p->n_seq) return fail(why, DET_MK_ERR_PROGRAM, "a row's sequence index is out of range");
-    if (tokens[i] < 0 || tokens[i] >= m->vocab) return fail(why, DET_MK_ERR_PROGRAM, "a token id is outside the vocabulary");
-    if (positions[i] < 0 || positions[i] >= capacities[seq[i]] || positions[i] > DET_MAX_POSITION)
-      return fail(why, DET_MK_ERR_PROGRAM, "a position is outside its KV cache or the 1M rope bound");
-  }
-  for (int64_t s = 0; s < p->n_seq; ++s) {
-    int64_t prev = -1, wanted = 0, last_row = -1, wanted_row = -1;
-    for (int64_t i = 0; i < p->n_rows; ++i) {
-      if (seq[i] != s) continue;
-      if (positions[i] <= prev) return fail(why, DET_MK_ERR_PROGRAM, "rows of one sequence must come in increasing position order");
-      prev = positions[i];
-      last_row = i;
-      if (want[i]) ++wanted, wanted_row = i;
-    }
-    if (p->max_new > 0) {
-      if (last_row < 0 || wanted != 1 || wanted_row != last_row)
-        return fail(why, DET_MK_ERR_PROGRAM, "in generate mode each sequence has rows and exactly its last row is wanted");
-      if (positions[last_row] + p->max_new > capacities[s] || positions[last_row] + p->max_new - 1 > DET_MAX_POSITION)
-        return fail(why, DET_MK_ERR_PROGRAM, "the generated tokens do not fit the sequence's KV cache");
-    }
-  }
-  return DET_MK_OK;
+  if (p->n_stop < 0) return fail(why, DET_MK_ERR_PROGRAM, "negative stop count");
+  const int rc = det_program_check(m, p->n_rows, tokens, positions, seq, want, p->n_seq, capacities, p->max_new, why);
+  return rc == DET_OK ? DET_MK_OK : DET_MK_ERR_PROGRAM;
 }

@@ -1,11 +1,13 @@
-// det_mk_steps.cuh: the megakernel's steps (docs/SPEC.md §14): embedding and norms, the layer's
-// phases (QKV, ROPE, ATTN, O, MLP, DOWN, OUT_NORM, Gemma-4's per-layer inputs), the head, the
-// sampled or greedy pick, and det_mk_forward_tile, one tile of rows through every layer.
+// det_mk_steps.cuh: the megakernel's steps (docs/SPEC.md §14): one phase per kind of step of the
+// layer plan (model/det_layer_plan.h: EMBED, PLE_PROJECT, PLE_FINISH, QKV, ROPE, ATTEND, MLP,
+// PLE_GATE, RESIDUAL with its OUT_NORM, HEAD), the sampled or greedy pick, and
+// det_mk_forward_tile, which runs one tile of rows through the plan.
 #pragma once
 
 #include "../contract/det_act.h"
 #include "../contract/det_argmax.h"
 #include "../contract/det_attention.h"
+#include "../contract/det_model_ops.h"
 #include "../contract/det_norm.h"
 #include "../contract/det_trig.h"
 #include "det_mk_warp.cuh"
@@ -16,7 +18,7 @@ static_assert(DET_ATTN_CHUNK == 128, "det_mk_attn_scratch_floats assumes 128-pos
 
 // Element k of token id's embedding row, widened and scaled (docs/SPEC.md §13.3 step 1).
 DET_DEV float det_mk_embedding(const det_llama_model& m, int32_t id, int64_t k) {
-  return det_mul_f32(det_bf16_to_f32(m.embed[(int64_t)id * m.hidden + k]), m.embed_scale);
+  return det_embed_f32(m.embed[(int64_t)id * m.hidden + k], m.embed_scale);
 }
 
 // Every block: area rows j < nb = source rows. The source of row j is tile row src_row[j] (or j
@@ -49,8 +51,9 @@ DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int nb, const int32_t* src_ro
   det_sync_block();
 }
 
-// Layer 0 only, spread over the grid: the residual stream starts as the embeddings, and each
-// row's rope (sin, cos) table is computed once (docs/SPEC.md §7).
+// EMBED, spread over the grid: the residual stream starts as the embeddings, and each row's rope
+// (sin, cos) table is computed once (docs/SPEC.md §7). No barrier follows: the next step
+// (reads_embedding) takes the embedding rows themselves.
 DET_DEV void det_mk_embed_rows(const det_mk_ctx& c) {
   const det_llama_model& m = c.P->model;
   const det_mk_tile& t = *c.tile;
@@ -65,16 +68,14 @@ DET_DEV void det_mk_embed_rows(const det_mk_ctx& c) {
 }
 
 // QKV: q, k, v (rows x outputs) = normalized rows times Wq, Wk, Wv (one range of rows); a layer
-// that reads another's K/V (Gemma-4) computes q only.
-DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, int64_t l) {
+// that reads another's K/V (Gemma-4) computes q only (s.n outputs).
+DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, const det_step& s) {
   const det_llama_model& m = c.P->model;
-  const det_llama_layer& L = m.layers[l];
+  const det_llama_layer& L = m.layers[s.layer];
   const det_mk_workspace& ws = c.P->ws;
   const int nb = c.tile->n;
   const int64_t H = m.hidden, QD = m.n_heads * L.head_dim, KVD = m.n_kv_heads * L.head_dim;
-  const int64_t outputs = L.kv_source == l ? QD + 2 * KVD : QD;
-  if (l == 0 && m.ple_dim == 0) det_mk_embed_rows(c);  // with per-layer inputs, PLE_PROJECT did it
-  det_mk_norm_rows(c, nb, nullptr, l == 0, L.attn_norm);
+  det_mk_norm_rows(c, nb, nullptr, s.reads_embedding, L.attn_norm);
   det_mk_with_nb(nb, [&]<int NB>() {
     auto row = [&](int64_t it) {
       const int64_t n = det_mk_output(c, it);
@@ -89,7 +90,7 @@ DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, int64_t l) {
         else ws.v[b * KVD + n - QD - KVD] = y[b];
       }
     };
-    det_mk_gemv<NB>(c, det_mk_items(c, outputs), H, row, c.area, H, nb, emit);
+    det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, c.area, H, nb, emit);
   });
 }
 
@@ -217,30 +218,36 @@ DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
   }
 }
 
-// O and DOWN: rows of W (H x K) over the input rows; the result is added to the residual stream,
-// or, when the layer normalizes it first (out_norm, Gemma), kept in ws.out for det_mk_phase_out_norm.
-DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_matrix* W, const float* in, int64_t K,
-                                                 bool out_norm) {
+// RESIDUAL: rows of W (H x K) over the step's input rows (att or act); the result is added to the
+// residual stream (then scaled by the layer scalar, if the step has one), or, when the step
+// normalizes it first (Gemma), kept in ws.out for det_mk_phase_out_norm.
+DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_step& s) {
   const int64_t H = c.P->model.hidden;
   float* x = c.P->ws.x;
   float* out = c.P->ws.out;
+  const float* in = s.input == DET_IN_ATT ? c.P->ws.att : c.P->ws.act;
   const int nb = c.tile->n;
   det_mk_with_nb(nb, [&]<int NB>() {
-    auto row = [&](int64_t it) { return det_mk_row{W, det_mk_output(c, it)}; };
+    auto row = [&](int64_t it) { return det_mk_row{&s.w, det_mk_output(c, it)}; };
     auto emit = [&](int64_t it, const float* y) {
       if (det_lane() != 0) return;
       const int64_t n = det_mk_output(c, it);
       for (int b = 0; b < nb; ++b) {
-        if (out_norm) out[b * H + n] = y[b];
-        else x[b * H + n] = det_add_f32(x[b * H + n], y[b]);
+        if (s.norm) {
+          out[b * H + n] = y[b];
+        } else {
+          x[b * H + n] = det_add_f32(x[b * H + n], y[b]);
+          if (s.scalar) x[b * H + n] = det_mul_f32(x[b * H + n], *s.scalar);
+        }
       }
     };
-    det_mk_gemv<NB>(c, det_mk_items(c, H), K, row, in, K, nb, emit);
+    det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, in, s.k, nb, emit);
   });
 }
 
-// OUT_NORM (Gemma): one warp per row, x += rmsnorm(out) * w, then (Gemma-4's layer scalar, on the
-// layer's last residual step) x = fl(x * scalar).
+// OUT_NORM, the second half of a RESIDUAL step with an output norm (Gemma): one warp per row,
+// x += rmsnorm(out) * w, then (Gemma-4's layer scalar, on the layer's last residual step)
+// x = fl(x * scalar).
 DET_DEV_NOINLINE void det_mk_phase_out_norm(const det_mk_ctx& c, const float* w, const float* scalar) {
   const det_llama_model& m = c.P->model;
   const int64_t H = m.hidden;
@@ -256,10 +263,10 @@ DET_DEV_NOINLINE void det_mk_phase_out_norm(const det_mk_ctx& c, const float* w,
 }
 
 // MLP: normalized rows; per output n the gate row then the up row, then act(gate) * up.
-DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, int64_t l) {
+DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, const det_step& s) {
   const det_llama_model& m = c.P->model;
-  const det_llama_layer& L = m.layers[l];
-  const int64_t H = m.hidden, I = L.inter;
+  const det_llama_layer& L = m.layers[s.layer];
+  const int64_t I = s.n;
   float* act = c.P->ws.act;
   const int nb = c.tile->n;
   det_mk_norm_rows(c, nb, nullptr, false, L.mlp_norm);
@@ -274,21 +281,19 @@ DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, int64_t l) {
         else act[b * I + n] = det_mul_f32(det_act_f32((int)m.act, gate[b]), y[b]);
       }
     };
-    det_mk_gemv<NB>(c, 2 * det_mk_items(c, I), H, row, c.area, H, nb, emit);
+    det_mk_gemv<NB>(c, 2 * det_mk_items(c, I), s.k, row, c.area, m.hidden, nb, emit);
   });
 }
 
-// PLE_PROJECT (Gemma-4, before layer 0; docs/SPEC.md §13.7): the residual stream starts as the
-// embeddings, and ws.ple (rows, n_layers * P) = fl(x·Wproj * rsqrt(H)) from each block's copy of
-// the embedded rows.
-DET_DEV_NOINLINE void det_mk_phase_ple_project(const det_mk_ctx& c) {
+// PLE_PROJECT (Gemma-4, before layer 0; docs/SPEC.md §13.7): ws.ple (rows, n_layers * P) =
+// fl(x·Wproj * rsqrt(H)) from each block's copy of the rows (the embedded rows: reads_embedding).
+DET_DEV_NOINLINE void det_mk_phase_ple_project(const det_mk_ctx& c, const det_step& s) {
   const det_llama_model& m = c.P->model;
   const int nb = c.tile->n;
-  const int64_t H = m.hidden, LP = m.n_layers * m.ple_dim;
-  const float scale = det_rsqrt_f32((float)H);
+  const int64_t H = m.hidden, LP = s.n;
+  const float scale = det_ple_scales_of(H, m.ple_dim).proj;
   float* ple = c.P->ws.ple;
-  det_mk_embed_rows(c);
-  det_mk_load_rows(c, nb, nullptr, true);
+  det_mk_load_rows(c, nb, nullptr, s.reads_embedding);
   det_mk_with_nb(nb, [&]<int NB>() {
     auto row = [&](int64_t it) { return det_mk_row{&m.ple_model_proj, det_mk_output(c, it)}; };
     auto emit = [&](int64_t it, const float* y) {
@@ -296,33 +301,33 @@ DET_DEV_NOINLINE void det_mk_phase_ple_project(const det_mk_ctx& c) {
       const int64_t n = det_mk_output(c, it);
       for (int b = 0; b < nb; ++b) ple[b * LP + n] = det_mul_f32(y[b], scale);
     };
-    det_mk_gemv<NB>(c, det_mk_items(c, LP), H, row, c.area, H, nb, emit);
+    det_mk_gemv<NB>(c, det_mk_items(c, LP), s.k, row, c.area, H, nb, emit);
   });
 }
 
-// PLE_FINISH: one warp per (row, layer) slice of P: fl(fl(RMSNorm(slice) + fl(e * sqrt(P))) *
-// rsqrt(2)) with e the token's per-layer embedding.
+// PLE_FINISH: one warp per (row, layer) slice of P: RMSNorm(slice), then det_ple_combine_f32 with
+// the token's per-layer embedding.
 DET_DEV_NOINLINE void det_mk_phase_ple_finish(const det_mk_ctx& c) {
   const det_llama_model& m = c.P->model;
   const det_mk_tile& t = *c.tile;
   const int64_t P = m.ple_dim, LP = m.n_layers * P;
-  const float embed_scale = det_sqrt_f32((float)P), half = det_rsqrt_f32(2.0f);
+  const det_ple_scales k = det_ple_scales_of(m.hidden, P);
   for (int64_t task = c.gwarp; task < t.n * m.n_layers; task += c.nwarps) {
     const int64_t b = task / m.n_layers, l = task % m.n_layers;
     float* y = c.P->ws.ple + b * LP + l * P;
     const uint16_t* e = m.ple_embed + (int64_t)t.token[b] * LP + l * P;
     det_mk_warp_rmsnorm(y, P, m.ple_proj_norm, m.rms_eps);
-    for (int64_t k = det_lane(); k < P; k += DET_WARP)
-      y[k] = det_mul_f32(det_add_f32(y[k], det_mul_f32(det_bf16_to_f32(e[k]), embed_scale)), half);
+    for (int64_t i = det_lane(); i < P; i += DET_WARP) y[i] = det_ple_combine_f32(y[i], e[i], k);
   }
 }
 
 // PLE_GATE (Gemma-4, after the MLP): act (rows, P) = gelu(x·Wgate) * the layer's per-layer input,
 // from the residual stream itself (not normalized).
-DET_DEV_NOINLINE void det_mk_phase_ple_gate(const det_mk_ctx& c, int64_t l) {
+DET_DEV_NOINLINE void det_mk_phase_ple_gate(const det_mk_ctx& c, const det_step& s) {
   const det_llama_model& m = c.P->model;
+  const int64_t l = s.layer;
   const det_llama_layer& L = m.layers[l];
-  const int64_t H = m.hidden, P = m.ple_dim, LP = m.n_layers * P;
+  const int64_t H = m.hidden, P = s.n, LP = m.n_layers * P;
   const float* ple = c.P->ws.ple;
   float* act = c.P->ws.act;
   const int nb = c.tile->n;
@@ -334,12 +339,12 @@ DET_DEV_NOINLINE void det_mk_phase_ple_gate(const det_mk_ctx& c, int64_t l) {
       for (int b = 0; b < nb; ++b)
         act[b * P + n] = det_mul_f32(det_act_f32(DET_ACT_GELU_TANH, y[b]), ple[b * LP + l * P + n]);
     };
-    det_mk_gemv<NB>(c, det_mk_items(c, P), H, row, c.P->ws.x, H, nb, emit);
+    det_mk_gemv<NB>(c, det_mk_items(c, P), s.k, row, c.P->ws.x, H, nb, emit);
   });
 }
 
 // HEAD: final norm of the wanted rows and the lm_head rows; logits go to the tile's destinations.
-DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c) {
+DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c, const det_step& s) {
   const det_llama_model& m = c.P->model;
   const det_mk_tile& t = *c.tile;
   const int nw = t.n_want;
@@ -352,7 +357,7 @@ DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c) {
       const int64_t n = det_mk_output(c, it);
       for (int j = 0; j < nw; ++j) t.dst[j][n] = m.softcap ? det_softcap_f32(y[j], *m.softcap) : y[j];
     };
-    det_mk_gemv<NB>(c, det_mk_items(c, m.vocab), m.hidden, row, c.area, m.hidden, nw, emit);
+    det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, c.area, m.hidden, nw, emit);
   });
 }
 
@@ -449,51 +454,35 @@ DET_DEV_NOINLINE void det_mk_phase_argmax(const det_mk_ctx& c) {
   }
 }
 
-// One tile through every layer and, for its wanted rows, the head.
+// One tile through the model's layer plan: one phase per step, a grid barrier after each (none
+// after EMBED, whose reader takes the embedding itself; a RESIDUAL step with an output norm is
+// two phases). HEAD runs only when the tile has wanted rows.
 DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
   const det_llama_model& m = c.P->model;
-  const det_mk_workspace& ws = c.P->ws;
-  const bool ple = m.ple_dim > 0;
-  if (ple) {
-    det_mk_phase_ple_project(c);
-    det_sync_grid(ws.barrier);
-    det_mk_phase_ple_finish(c);
-    det_sync_grid(ws.barrier);
-  }
-  for (int64_t l = 0; l < m.n_layers; ++l) {
-    const det_llama_layer& L = m.layers[l];
-    det_mk_phase_qkv(c, l);
-    det_sync_grid(ws.barrier);
-    det_mk_phase_rope(c, l);
-    det_sync_grid(ws.barrier);
-    det_mk_phase_attn(c, l);
-    det_sync_grid(ws.barrier);
-    det_mk_phase_residual_gemv(c, &L.wo, ws.att, m.n_heads * L.head_dim, L.attn_out_norm);
-    det_sync_grid(ws.barrier);
-    if (L.attn_out_norm) {
-      det_mk_phase_out_norm(c, L.attn_out_norm, nullptr);
-      det_sync_grid(ws.barrier);
+  unsigned int* barrier = c.P->ws.barrier;
+  for (int64_t i = 0; i < m.n_steps; ++i) {
+    const det_step& s = m.steps[i];
+    switch (s.kind) {
+      case DET_STEP_EMBED: det_mk_embed_rows(c); continue;
+      case DET_STEP_PLE_PROJECT: det_mk_phase_ple_project(c, s); break;
+      case DET_STEP_PLE_FINISH: det_mk_phase_ple_finish(c); break;
+      case DET_STEP_QKV: det_mk_phase_qkv(c, s); break;
+      case DET_STEP_ROPE: det_mk_phase_rope(c, s.layer); break;
+      case DET_STEP_ATTEND: det_mk_phase_attn(c, s.layer); break;
+      case DET_STEP_MLP: det_mk_phase_mlp(c, s); break;
+      case DET_STEP_PLE_GATE: det_mk_phase_ple_gate(c, s); break;
+      case DET_STEP_RESIDUAL:
+        det_mk_phase_residual_gemv(c, s);
+        if (s.norm) {
+          det_sync_grid(barrier);
+          det_mk_phase_out_norm(c, s.norm, s.scalar);
+        }
+        break;
+      case DET_STEP_HEAD:
+        if (c.tile->n_want == 0) continue;
+        det_mk_phase_head(c, s);
+        break;
     }
-    det_mk_phase_mlp(c, l);
-    det_sync_grid(ws.barrier);
-    det_mk_phase_residual_gemv(c, &L.w_down, ws.act, L.inter, L.mlp_out_norm);
-    det_sync_grid(ws.barrier);
-    // The layer scalar rides on the layer's last output norm (det_mk_check_model).
-    if (L.mlp_out_norm) {
-      det_mk_phase_out_norm(c, L.mlp_out_norm, ple ? nullptr : L.scalar);
-      det_sync_grid(ws.barrier);
-    }
-    if (ple) {
-      det_mk_phase_ple_gate(c, l);
-      det_sync_grid(ws.barrier);
-      det_mk_phase_residual_gemv(c, &L.ple_proj, ws.act, m.ple_dim, true);
-      det_sync_grid(ws.barrier);
-      det_mk_phase_out_norm(c, L.ple_out_norm, L.scalar);
-      det_sync_grid(ws.barrier);
-    }
-  }
-  if (c.tile->n_want > 0) {
-    det_mk_phase_head(c);
-    det_sync_grid(ws.barrier);
+    det_sync_grid(barrier);
   }
 }

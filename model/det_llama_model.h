@@ -10,6 +10,7 @@
 
 #include "../contract/det_act.h"
 #include "../contract/det_nf4.h"
+#include "det_layer_plan.h"
 
 struct det_llama_layer {
   const float* attn_norm;      // (hidden,)
@@ -71,6 +72,8 @@ struct det_llama_model {
   det_matrix ple_model_proj;     // (n_layers * P, hidden)
   const float* ple_proj_norm;    // (P,)
   const det_llama_layer* layers;
+  const det_step* steps;  // the layer plan (det_layer_plan.h), det_layer_plan_build's
+  int64_t n_steps;
 };
 
 // One sequence's cache: k and v are (capacity, kv_row) fp32; a layer's entries at position p are
@@ -107,7 +110,7 @@ inline bool det_llama_every_projection(const det_llama_model* m, Pred ok) {
   return m->ple_dim == 0 || ok(m->ple_model_proj);
 }
 
-// Every layer's projections readable (det_matrix_valid), and the switches and per-layer shapes in
+// Every layer's projections readable (det_matrix_valid), a layer plan ending in the head, and the switches and per-layer shapes in
 // range: the activation, the rope tables, each layer's table, window, head size (at most the
 // model's), MLP width and K/V source (itself, or an earlier layer of the same head size that
 // stores its own), and the cache row.
@@ -128,6 +131,13 @@ inline bool det_llama_model_valid(const det_llama_model* m) {
         s < 0 || s > l || m->layers[s].kv_source != s || m->layers[s].head_dim != L.head_dim ||
         L.kv_offset != m->layers[s].kv_offset || L.kv_offset < 0 ||
         L.kv_offset + m->n_kv_heads * L.head_dim > m->kv_row)
+      return false;
+  }
+  if (!m->steps || m->n_steps < 1 || m->steps[m->n_steps - 1].kind != DET_STEP_HEAD) return false;
+  for (int64_t i = 0; i < m->n_steps; ++i) {
+    const det_step& s = m->steps[i];
+    if (s.kind < 0 || s.kind >= DET_STEP_KINDS || s.layer < -1 || s.layer >= m->n_layers) return false;
+    if (s.kind == DET_STEP_RESIDUAL && (s.layer < 0 || !det_matrix_valid(s.w) || (s.input != DET_IN_ATT && s.input != DET_IN_ACT)))
       return false;
   }
   return det_llama_every_projection(m, [](const det_matrix& w) { return det_matrix_valid(w); });

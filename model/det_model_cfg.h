@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "det_llama_model.h"
+#include "det_layer_plan_build.h"
 #include "../contract/det_rsqrt.h"
 
 // The integer config, one table for both sides: these names are config.py's LLAMA_CFG_FIELDS,
@@ -43,13 +43,15 @@ inline bool det_cfg_well_formed(const int64_t* cfg, size_t n) {
   return true;
 }
 
-// Fills m and layers (m.layers points into it) from a well-formed cfg. The weights are taken in
+// Fills m and its storage (m.layers and m.steps point into it; the layer plan is built last) from
+// a well-formed cfg. The weights are taken in
 // order through w: w.bf16(rows, cols, what), w.matrix(rows, cols, what) (a projection, dense or
 // nf4) and w.norm(n, what) (fp32 multipliers, also the (1,) softcap and layer scalars); they
 // return null / an unset matrix or throw when a tensor is wrong, as the caller prefers. K/V
 // offsets and the cache row are derived here. m.inv_freq and m.rms_eps are the caller's.
 template <class Weights>
-void det_model_from_cfg(const int64_t* cfg, det_llama_model& m, std::vector<det_llama_layer>& layers, Weights& w) {
+void det_model_from_cfg(const int64_t* cfg, det_llama_model& m, det_model_storage& storage, Weights& w) {
+  std::vector<det_llama_layer>& layers = storage.layers;
   m.hidden = cfg[CFG_HIDDEN], m.n_layers = cfg[CFG_LAYERS], m.n_heads = cfg[CFG_HEADS];
   m.n_kv_heads = cfg[CFG_KV_HEADS], m.head_dim = cfg[CFG_HEAD_DIM], m.inter = cfg[CFG_INTER];
   m.vocab = cfg[CFG_VOCAB], m.rope_tables = cfg[CFG_ROPE_TABLES], m.ple_dim = cfg[CFG_PLE_DIM];
@@ -108,4 +110,5 @@ void det_model_from_cfg(const int64_t* cfg, det_llama_model& m, std::vector<det_
     L.scalar = scalars ? w.norm(1, p + "layer_scalar") : nullptr;
   }
   m.layers = layers.data();
+  det_layer_plan_build(m, storage.steps);
 }

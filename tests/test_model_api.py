@@ -133,6 +133,17 @@ def test_stop_on_eos(mm):
     assert streams[0] == cut
 
 
+def test_decode_rule_is_the_executors_rule(di):
+    # det_decode_continues (model/det_program.h), as the per-step path calls it.
+    stops = torch.tensor([7, 3], dtype=torch.int32)
+    assert di.ops.decode_continues(5, 0, 4, stops)
+    assert not di.ops.decode_continues(3, 0, 4, stops)  # a stop id
+    assert not di.ops.decode_continues(5, 3, 4, stops)  # the max_new-th token
+    assert di.ops.decode_continues(5, 2, 4, torch.empty(0, dtype=torch.int32))
+    with pytest.raises(ValueError, match="max_new >= 1"):
+        di.ops.decode_continues(5, 0, 0, stops)
+
+
 def test_tokenizer_output_is_accepted_as_ids(mm):
     """What a tokenizer returns (a BatchEncoding, a dict with input_ids) is taken as its input_ids."""
     prompt = synthetic.token_sequence(12, 1000, 4)

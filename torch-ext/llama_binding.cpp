@@ -25,30 +25,24 @@ void check_rc(int rc) {
 
 }  // namespace
 
+// The caches' views, as the pointer list the engine takes.
+static std::vector<det_kv_cache*> cache_pointers(std::vector<det_kv_cache>& views) {
+  std::vector<det_kv_cache*> out;
+  for (det_kv_cache& v : views) out.push_back(&v);
+  return out;
+}
+
 void mak_forward(const std::vector<torch::Tensor>& weights, const std::vector<torch::Tensor>& scales, c10::IntArrayRef cfg, double eps,
                  const torch::Tensor& inv_freq, const torch::Tensor& tokens, const torch::Tensor& positions,
                  const std::vector<torch::Tensor>& caches, const torch::Tensor& cache_index,
                  const torch::Tensor& want, torch::Tensor& logits) {
   Assembled a = assemble(weights, scales, cfg, eps, inv_freq, torch::kCPU);
   std::vector<det_kv_cache> views = cache_views(a.model, caches, torch::kCPU);
-  const int64_t n = tokens.numel();
-  const int32_t* tok = host_ints<int32_t>(tokens, torch::kInt32, "tokens");
-  const int64_t* pos = host_ints<int64_t>(positions, torch::kInt64, "positions");
-  const int64_t* idx = host_ints<int64_t>(cache_index, torch::kInt64, "cache_index");
-  const uint8_t* wl = host_ints<uint8_t>(want, torch::kUInt8, "want");
-  TORCH_CHECK_VALUE(positions.numel() == n && cache_index.numel() == n && want.numel() == n,
-                    "det-infer: tokens, positions, cache_index and want must have one entry per row");
-  std::vector<det_kv_cache*> row_cache(n);
-  int64_t n_want = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    TORCH_CHECK_VALUE(idx[i] >= 0 && idx[i] < (int64_t)views.size(), "det-infer: cache_index out of range");
-    row_cache[i] = &views[idx[i]];
-    n_want += wl[i] != 0;
-  }
-  TORCH_CHECK_VALUE(logits.scalar_type() == torch::kFloat32 && logits.is_contiguous() &&
-                        logits.numel() == n_want * a.model.vocab,
-                    "det-infer: logits must be contiguous float32 with ", n_want, " x ", a.model.vocab, " entries");
-  check_rc(det_llama_forward(&a.model, n, tok, pos, row_cache.data(), wl, logits.data_ptr<float>()));
+  const det_program_rows rows =
+      forward_rows(tokens, positions, cache_index, want, (int64_t)views.size(), logits, a.model.vocab, torch::kCPU);
+  check_rc(det_llama_forward(&a.model, rows.size(), rows.tokens.data(), rows.positions.data(), rows.seq.data(),
+                             cache_pointers(views).data(), (int64_t)views.size(), rows.want.data(),
+                             logits.data_ptr<float>()));
 }
 
 void mak_generate(const std::vector<torch::Tensor>& weights, const std::vector<torch::Tensor>& scales, c10::IntArrayRef cfg, double eps,
@@ -60,33 +54,15 @@ void mak_generate(const std::vector<torch::Tensor>& weights, const std::vector<t
   Assembled a = assemble(weights, scales, cfg, eps, inv_freq, torch::kCPU);
   std::vector<det_kv_cache> views = cache_views(a.model, caches, torch::kCPU);
   const int64_t B = (int64_t)views.size();
-  TORCH_CHECK_VALUE(B >= 1 && prompt_offsets.numel() == B + 1 && start_positions.numel() == B,
-                    "det-infer: one cache, one start position and one prompt per sequence");
-  TORCH_CHECK_VALUE(max_new >= 1, "det-infer: max_new must be at least 1");
-  const int64_t* off = host_ints<int64_t>(prompt_offsets, torch::kInt64, "prompt_offsets");
-  TORCH_CHECK_VALUE(off[0] == 0 && off[B] == prompts.numel(), "det-infer: prompt_offsets do not cover prompts");
-  for (int64_t b = 0; b < B; ++b)
-    TORCH_CHECK_VALUE(off[b + 1] > off[b], "det-infer: prompt ", b, " is empty");
-  TORCH_CHECK_VALUE(out_tokens.scalar_type() == torch::kInt32 && out_tokens.is_contiguous() &&
-                        out_tokens.numel() == B * max_new,
-                    "det-infer: out_tokens must be contiguous int32 (B, max_new)");
-  TORCH_CHECK_VALUE(out_lengths.scalar_type() == torch::kInt64 && out_lengths.numel() == B,
-                    "det-infer: out_lengths must be int64 (B,)");
-  float* sl = nullptr;
-  if (step_logits.numel() > 0) {
-    TORCH_CHECK_VALUE(step_logits.scalar_type() == torch::kFloat32 && step_logits.is_contiguous() &&
-                          step_logits.numel() == B * max_new * a.model.vocab,
-                      "det-infer: step_logits must be empty or contiguous float32 (B, max_new, vocab)");
-    sl = step_logits.data_ptr<float>();
-  }
-  std::vector<det_kv_cache*> ptrs;
-  for (auto& v : views) ptrs.push_back(&v);
+  generate_rows(prompts, prompt_offsets, start_positions, B, max_new, out_tokens, out_lengths, step_logits,
+                a.model.vocab, torch::kCPU);
   const std::vector<det_sample_params> sample = sample_params(sample_f, sample_i, B);
-  check_rc(det_llama_generate(&a.model, B, host_ints<int32_t>(prompts, torch::kInt32, "prompts"), off,
-                              host_ints<int64_t>(start_positions, torch::kInt64, "start_positions"),
-                              ptrs.data(), max_new, host_ints<int32_t>(stop_ids, torch::kInt32, "stop_ids"),
-                              stop_ids.numel(), sample.empty() ? nullptr : sample.data(), out_tokens.data_ptr<int32_t>(),
-                              out_lengths.data_ptr<int64_t>(), sl));
+  check_rc(det_llama_generate(&a.model, B, prompts.data_ptr<int32_t>(), prompt_offsets.data_ptr<int64_t>(),
+                              start_positions.data_ptr<int64_t>(), cache_pointers(views).data(), max_new,
+                              host_ints<int32_t>(stop_ids, torch::kInt32, "stop_ids"), stop_ids.numel(),
+                              sample.empty() ? nullptr : sample.data(), out_tokens.data_ptr<int32_t>(),
+                              out_lengths.data_ptr<int64_t>(),
+                              step_logits.numel() > 0 ? step_logits.data_ptr<float>() : nullptr));
 }
 
 int64_t sample_token(const torch::Tensor& logits, double temperature, int64_t top_k, double top_p, double min_p,
@@ -103,6 +79,13 @@ int64_t sample_token(const torch::Tensor& logits, double temperature, int64_t to
   std::vector<int32_t> heap(V);
   det_fpenv_guard env;
   return det_sample_f32(logits.data_ptr<float>(), V, p, position, e.data(), heap.data());
+}
+
+// The decode-step rule (det_decode_continues) for the Python per-step path.
+bool decode_continues(int64_t token, int64_t step, int64_t max_new, const torch::Tensor& stop_ids) {
+  TORCH_CHECK_VALUE(step >= 0 && max_new >= 1, "det-infer: decode_continues needs step >= 0 and max_new >= 1");
+  const int32_t* st = host_ints<int32_t>(stop_ids, torch::kInt32, "stop_ids");
+  return det_decode_continues((int32_t)token, step, max_new, st, stop_ids.numel());
 }
 
 namespace {
@@ -176,6 +159,9 @@ void register_llama_ops(torch::Library& ops) {
           "Tensor prompt_offsets, Tensor start_positions, Tensor(a!)[] caches, int max_new, Tensor stop_ids, "
           "Tensor sample_f, Tensor sample_i, Tensor! out_tokens, Tensor! out_lengths, Tensor! step_logits) -> ()");
   ops.impl("mak_generate", torch::kCPU, &mak_generate);
+  // Whether a sequence that emitted `token` as its step-th new token continues (model/det_program.h).
+  ops.def("decode_continues(int token, int step, int max_new, Tensor stop_ids) -> bool");
+  ops.impl("decode_continues", torch::kCPU, &decode_continues);
   // The contract's next-token choice for one row of logits (docs/SPEC.md §15): greedy at
   // temperature 0, else the seeded draw for the token generated at `position`.
   ops.def("sample_token(Tensor logits, float temperature, int top_k, float top_p, float min_p, int seed, "

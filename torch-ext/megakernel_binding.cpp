@@ -23,9 +23,9 @@ namespace {
 
 // The program's row and sequence arrays on the host, alive for the whole call.
 struct HostProgram {
-  std::vector<int32_t> tokens, seq, stops;
-  std::vector<int64_t> positions, capacities;
-  std::vector<uint8_t> want;
+  det_program_rows rows;
+  std::vector<int32_t> stops;
+  std::vector<int64_t> capacities;
   std::vector<det_mk_seq> seqs;
   std::vector<det_sample_params> sample;  // empty: greedy
 };
@@ -62,12 +62,13 @@ torch::Tensor upload(const std::vector<T>& v, const torch::Device& dev) {
 // Validates and runs a program whose outputs (prog.logits / out_* / step_logits) are already set.
 void run(Assembled& a, const torch::Device& dev, HostProgram& h, det_mk_program prog, det_mk_geometry geo) {
   const char* why = nullptr;
-  prog.n_rows = (int64_t)h.tokens.size();
+  const det_program_rows& r = h.rows;
+  prog.n_rows = r.size();
   prog.n_seq = (int64_t)h.seqs.size();
   prog.n_stop = (int64_t)h.stops.size();
   int rc = det_mk_check_model(&a.model, &why);
   check(rc, why, "the megakernel cannot run this model");
-  rc = det_mk_check_program(&a.model, &prog, h.tokens.data(), h.positions.data(), h.seq.data(), h.want.data(),
+  rc = det_mk_check_program(&a.model, &prog, r.tokens.data(), r.positions.data(), r.seq.data(), r.want.data(),
                             h.capacities.data(), &why);
   check(rc, why, "invalid program");
   det_mk_params p{};
@@ -76,10 +77,10 @@ void run(Assembled& a, const torch::Device& dev, HostProgram& h, det_mk_program 
     rc = det_mk_check_geometry(&geo, &why);
     check(rc, why, "invalid geometry");
     torch::Tensor ws = torch::zeros({(int64_t)det_mk_workspace_bytes(&a.model, geo.tile_rows) + 16}, torch::kUInt8);
-    prog.tokens = h.tokens.data();
-    prog.positions = h.positions.data();
-    prog.seq = h.seq.data();
-    prog.want = h.want.data();
+    prog.tokens = r.tokens.data();
+    prog.positions = r.positions.data();
+    prog.seq = r.seq.data();
+    prog.want = r.want.data();
     prog.seqs = h.seqs.data();
     prog.stop_ids = h.stops.data();
     prog.sample = h.sample.empty() ? nullptr : h.sample.data();
@@ -95,12 +96,13 @@ void run(Assembled& a, const torch::Device& dev, HostProgram& h, det_mk_program 
   check(rc, why, "the megakernel cannot read these weights");
   rc = det_mk_cuda_resolve(&a.model, &geo, dev.index(), &why);
   check(rc, why, "invalid geometry");
-  auto layers = upload(a.layers, dev), tokens = upload(h.tokens, dev), positions = upload(h.positions, dev);
-  auto seq = upload(h.seq, dev), want = upload(h.want, dev), seqs = upload(h.seqs, dev), stops = upload(h.stops, dev);
+  auto layers = upload(a.storage.layers, dev), steps = upload(a.storage.steps, dev), tokens = upload(r.tokens, dev), positions = upload(r.positions, dev);
+  auto seq = upload(r.seq, dev), want = upload(r.want, dev), seqs = upload(h.seqs, dev), stops = upload(h.stops, dev);
   auto sample = upload(h.sample, dev);
   torch::Tensor ws = torch::zeros({(int64_t)det_mk_workspace_bytes(&a.model, geo.tile_rows) + 16},
                                   torch::dtype(torch::kUInt8).device(dev));
   p.model.layers = (const det_llama_layer*)layers.data_ptr();
+  p.model.steps = (const det_step*)steps.data_ptr();
   prog.tokens = (const int32_t*)tokens.data_ptr();
   prog.positions = (const int64_t*)positions.data_ptr();
   prog.seq = (const int32_t*)seq.data_ptr();
@@ -120,11 +122,6 @@ void run(Assembled& a, const torch::Device& dev, HostProgram& h, det_mk_program 
 #endif
 }
 
-void check_output(const torch::Tensor& t, at::ScalarType type, int64_t numel, const torch::Device& dev, const char* what) {
-  TORCH_CHECK_VALUE(t.scalar_type() == type && t.is_contiguous() && t.numel() == numel && t.device() == dev,
-                    "det-infer: ", what, " must be a contiguous ", type, " tensor of ", numel, " elements on ", dev);
-}
-
 }  // namespace
 
 void mega_forward(const std::vector<torch::Tensor>& weights, const std::vector<torch::Tensor>& scales, c10::IntArrayRef cfg, double eps,
@@ -135,23 +132,7 @@ void mega_forward(const std::vector<torch::Tensor>& weights, const std::vector<t
   const torch::Device dev = weights[0].device();
   Assembled a = assemble(weights, scales, cfg, eps, inv_freq, dev);
   HostProgram h = host_program(cache_views(a.model, caches, dev));
-  const int64_t n = tokens.numel();
-  TORCH_CHECK_VALUE(positions.numel() == n && cache_index.numel() == n && want.numel() == n,
-                    "det-infer: tokens, positions, cache_index and want must have one entry per row");
-  const int32_t* tok = host_ints<int32_t>(tokens, torch::kInt32, "tokens");
-  const int64_t* pos = host_ints<int64_t>(positions, torch::kInt64, "positions");
-  const int64_t* idx = host_ints<int64_t>(cache_index, torch::kInt64, "cache_index");
-  const uint8_t* wl = host_ints<uint8_t>(want, torch::kUInt8, "want");
-  int64_t n_want = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    TORCH_CHECK_VALUE(idx[i] >= 0 && idx[i] < (int64_t)h.seqs.size(), "det-infer: cache_index out of range");
-    h.tokens.push_back(tok[i]);
-    h.positions.push_back(pos[i]);
-    h.seq.push_back((int32_t)idx[i]);
-    h.want.push_back(wl[i] != 0);
-    n_want += wl[i] != 0;
-  }
-  check_output(logits, torch::kFloat32, n_want * a.model.vocab, dev, "logits");
+  h.rows = forward_rows(tokens, positions, cache_index, want, (int64_t)h.seqs.size(), logits, a.model.vocab, dev);
   det_mk_program prog{};
   prog.logits = logits.data_ptr<float>();
   run(a, dev, h, prog, parse_geometry(geometry));
@@ -170,35 +151,16 @@ void mega_generate(const std::vector<torch::Tensor>& weights, const std::vector<
   const int64_t B = (int64_t)h.seqs.size();
   TORCH_CHECK_VALUE(B >= 1 && B <= DET_MK_ROWS_MAX, "det-infer: the megakernel generates for 1..", DET_MK_ROWS_MAX,
                     " sequences, got ", B);
-  TORCH_CHECK_VALUE(prompt_offsets.numel() == B + 1 && start_positions.numel() == B,
-                    "det-infer: one cache, one start position and one prompt per sequence");
-  TORCH_CHECK_VALUE(max_new >= 1, "det-infer: max_new must be at least 1");
-  const int32_t* pr = host_ints<int32_t>(prompts, torch::kInt32, "prompts");
-  const int64_t* off = host_ints<int64_t>(prompt_offsets, torch::kInt64, "prompt_offsets");
-  const int64_t* start = host_ints<int64_t>(start_positions, torch::kInt64, "start_positions");
-  TORCH_CHECK_VALUE(off[0] == 0 && off[B] == prompts.numel(), "det-infer: prompt_offsets do not cover prompts");
-  for (int64_t b = 0; b < B; ++b) {
-    TORCH_CHECK_VALUE(off[b + 1] > off[b], "det-infer: prompt ", b, " is empty");
-    for (int64_t i = off[b]; i < off[b + 1]; ++i) {
-      h.tokens.push_back(pr[i]);
-      h.positions.push_back(start[b] + i - off[b]);
-      h.seq.push_back((int32_t)b);
-      h.want.push_back(i == off[b + 1] - 1);
-    }
-  }
+  h.rows = generate_rows(prompts, prompt_offsets, start_positions, B, max_new, out_tokens, out_lengths, step_logits,
+                         a.model.vocab, dev);
   const int32_t* st = host_ints<int32_t>(stop_ids, torch::kInt32, "stop_ids");
   h.stops.assign(st, st + stop_ids.numel());
   h.sample = sample_params(sample_f, sample_i, B);
-  check_output(out_tokens, torch::kInt32, B * max_new, dev, "out_tokens");
-  check_output(out_lengths, torch::kInt64, B, dev, "out_lengths");
   det_mk_program prog{};
   prog.max_new = max_new;
   prog.out_tokens = out_tokens.data_ptr<int32_t>();
   prog.out_lengths = out_lengths.data_ptr<int64_t>();
-  if (step_logits.numel() > 0) {
-    check_output(step_logits, torch::kFloat32, B * max_new * a.model.vocab, dev, "step_logits");
-    prog.step_logits = step_logits.data_ptr<float>();
-  }
+  if (step_logits.numel() > 0) prog.step_logits = step_logits.data_ptr<float>();
   run(a, dev, h, prog, parse_geometry(geometry));
 }
 

@@ -107,7 +107,7 @@ Assembled assemble(const std::vector<torch::Tensor>& w, const std::vector<torch:
   } take{w, scales, device};
   Assembled a{};
   det_llama_model& m = a.model;
-  det_model_from_cfg(cfg.data(), m, a.layers, take);
+  det_model_from_cfg(cfg.data(), m, a.storage, take);
   TORCH_CHECK_VALUE(take.i == w.size(), "det-infer: got ", w.size(), " weight tensors, the config uses ", take.i);
   m.rms_eps = (float)eps;
   TORCH_CHECK_TYPE(inv_freq.scalar_type() == torch::kFloat64 && inv_freq.is_contiguous() &&
@@ -157,4 +157,55 @@ std::vector<det_sample_params> sample_params(const torch::Tensor& f, const torch
     out.push_back(p);
   }
   return out;
+}
+
+namespace {
+
+void check_output(const torch::Tensor& t, at::ScalarType type, int64_t numel, const torch::Device& dev, const char* what) {
+  TORCH_CHECK_VALUE(t.scalar_type() == type && t.is_contiguous() && t.numel() == numel && t.device() == dev,
+                    "det-infer: ", what, " must be a contiguous ", type, " tensor of ", numel, " elements on ", dev);
+}
+
+}  // namespace
+
+det_program_rows forward_rows(const torch::Tensor& tokens, const torch::Tensor& positions,
+                              const torch::Tensor& cache_index, const torch::Tensor& want, int64_t n_seq,
+                              const torch::Tensor& logits, int64_t vocab, const torch::Device& device) {
+  const int64_t n = tokens.numel();
+  TORCH_CHECK_VALUE(positions.numel() == n && cache_index.numel() == n && want.numel() == n,
+                    "det-infer: tokens, positions, cache_index and want must have one entry per row");
+  const int32_t* tok = host_ints<int32_t>(tokens, torch::kInt32, "tokens");
+  const int64_t* pos = host_ints<int64_t>(positions, torch::kInt64, "positions");
+  const int64_t* idx = host_ints<int64_t>(cache_index, torch::kInt64, "cache_index");
+  const uint8_t* wl = host_ints<uint8_t>(want, torch::kUInt8, "want");
+  det_program_rows rows;
+  int64_t n_want = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    TORCH_CHECK_VALUE(idx[i] >= 0 && idx[i] < n_seq, "det-infer: cache_index out of range");
+    rows.add(tok[i], pos[i], (int32_t)idx[i], wl[i] != 0);
+    n_want += wl[i] != 0;
+  }
+  check_output(logits, torch::kFloat32, n_want * vocab, device, "logits");
+  return rows;
+}
+
+det_program_rows generate_rows(const torch::Tensor& prompts, const torch::Tensor& prompt_offsets,
+                               const torch::Tensor& start_positions, int64_t n_seq, int64_t max_new,
+                               const torch::Tensor& out_tokens, const torch::Tensor& out_lengths,
+                               const torch::Tensor& step_logits, int64_t vocab, const torch::Device& device) {
+  const int64_t B = n_seq;
+  TORCH_CHECK_VALUE(B >= 1 && prompt_offsets.numel() == B + 1 && start_positions.numel() == B,
+                    "det-infer: one cache, one start position and one prompt per sequence");
+  TORCH_CHECK_VALUE(max_new >= 1, "det-infer: max_new must be at least 1");
+  const int32_t* pr = host_ints<int32_t>(prompts, torch::kInt32, "prompts");
+  const int64_t* off = host_ints<int64_t>(prompt_offsets, torch::kInt64, "prompt_offsets");
+  const int64_t* start = host_ints<int64_t>(start_positions, torch::kInt64, "start_positions");
+  TORCH_CHECK_VALUE(off[0] == 0 && off[B] == prompts.numel(), "det-infer: prompt_offsets do not cover prompts");
+  for (int64_t b = 0; b < B; ++b) TORCH_CHECK_VALUE(off[b + 1] > off[b], "det-infer: prompt ", b, " is empty");
+  check_output(out_tokens, torch::kInt32, B * max_new, device, "out_tokens");
+  check_output(out_lengths, torch::kInt64, B, device, "out_lengths");
+  if (step_logits.numel() > 0) check_output(step_logits, torch::kFloat32, B * max_new * vocab, device, "step_logits");
+  det_program_rows rows;
+  det_program_prefill(B, pr, off, start, rows);
+  return rows;
 }

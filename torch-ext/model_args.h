@@ -10,11 +10,12 @@
 
 #include "../model/det_llama_model.h"
 #include "../model/det_model_cfg.h"
+#include "../model/det_program.h"
 #include "../contract/det_sample.h"
 
 struct Assembled {
   det_llama_model model;
-  std::vector<det_llama_layer> layers;  // model.layers points here
+  det_model_storage storage;  // model.layers and model.steps point here
 };
 
 // The model from its tensors; every weight and inv_freq ((rope_tables, rope_pairs) float64) must
@@ -36,6 +37,20 @@ det_matrix matrix_view(const torch::Tensor& w, const torch::Tensor& absmax, int6
 // K (V) vectors of every layer that stores its own, model/det_llama_model.h).
 std::vector<det_kv_cache> cache_views(const det_llama_model& m, const std::vector<torch::Tensor>& caches,
                                       const torch::Device& device);
+
+// The rows of a forward call: token, position, cache index (into n_seq caches) and want per row,
+// each a 1-d CPU tensor with one entry per row; the logits tensor checked against the wanted rows.
+det_program_rows forward_rows(const torch::Tensor& tokens, const torch::Tensor& positions,
+                              const torch::Tensor& cache_index, const torch::Tensor& want, int64_t n_seq,
+                              const torch::Tensor& logits, int64_t vocab, const torch::Device& device);
+
+// The prefill rows of a generate call for n_seq sequences (det_program_prefill), after checking
+// the prompts, offsets, start positions, max_new and the output tensors (out_tokens (B, max_new)
+// int32, out_lengths (B,) int64, step_logits empty or (B, max_new, vocab) float32) on `device`.
+det_program_rows generate_rows(const torch::Tensor& prompts, const torch::Tensor& prompt_offsets,
+                               const torch::Tensor& start_positions, int64_t n_seq, int64_t max_new,
+                               const torch::Tensor& out_tokens, const torch::Tensor& out_lengths,
+                               const torch::Tensor& step_logits, int64_t vocab, const torch::Device& device);
 
 // A contiguous 1-d CPU tensor of the given type.
 template <typename T>

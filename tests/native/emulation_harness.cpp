@@ -54,10 +54,10 @@ void forward_case(const Model& M, const det_mk_geometry& g) {
   }
   std::vector<uint8_t> want(tok.size(), 1);
   Caches ce(M.m, 2, cap), cm(M.m, 2, cap);
-  std::vector<det_kv_cache*> rows;
-  for (int32_t s : seq) rows.push_back(&ce.views[s]);
+  std::vector<det_kv_cache*> caches = {&ce.views[0], &ce.views[1]};
   std::vector<float> a(tok.size() * V), b(tok.size() * V);
-  if (det_llama_forward(&M.m, (int64_t)tok.size(), tok.data(), pos.data(), rows.data(), want.data(), a.data())) {
+  if (det_llama_forward(&M.m, (int64_t)tok.size(), tok.data(), pos.data(), seq.data(), caches.data(), 2, want.data(),
+                        a.data())) {
     printf("engine refused the program\n");
     ++failures;
     return;

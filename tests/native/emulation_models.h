@@ -13,6 +13,7 @@
 
 #include "det_infer_cpu/det_llama_cpu.h"
 #include "megakernel/det_megakernel.h"
+#include "model/det_layer_plan_build.h"
 
 namespace {
 
@@ -32,6 +33,7 @@ uint16_t weight(float scale, float offset) {
 struct Model {
   det_llama_model m{};
   std::vector<det_llama_layer> layers;
+  std::vector<det_step> steps;
   std::vector<std::vector<uint16_t>> store;
   std::vector<std::vector<float>> norms;
   std::vector<double> inv_freq;
@@ -108,6 +110,7 @@ struct Model {
     }
     m.layers = layers.data();
     m.kv_row = m.n_layers * KVD;
+    det_layer_plan_build(m, steps);
   }
 };
 
@@ -172,6 +175,7 @@ struct Gemma4Model : Model {
     }
     m.layers = layers.data();
     m.kv_row = offset;
+    det_layer_plan_build(m, steps);
   }
 };
 

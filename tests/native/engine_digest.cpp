@@ -71,8 +71,8 @@ int main(int argc, char** argv) {
     const float* norm(int64_t n, const std::string&) { return (const float*)next(4 * n); }
   } take{t};
   det_llama_model m{};
-  std::vector<det_llama_layer> layers;
-  det_model_from_cfg(cfg.data(), m, layers, take);
+  det_model_storage storage;
+  det_model_from_cfg(cfg.data(), m, storage, take);
   need(take.i == t.size() && (int64_t)inv_freq.size() == m.rope_pairs, "tensor count");
   m.rms_eps = (float)eps, m.inv_freq = inv_freq.data();
   need(det_llama_model_valid(&m), "model");
@@ -85,11 +85,12 @@ int main(int argc, char** argv) {
   };
   std::vector<float> store;
   det_kv_cache c = cache((int64_t)teacher.size(), store);
-  std::vector<det_kv_cache*> rows(teacher.size(), &c);
+  det_kv_cache* cp = &c;
+  std::vector<int32_t> seq(teacher.size(), 0);
   std::vector<int64_t> pos(teacher.size());
   for (size_t i = 0; i < pos.size(); ++i) pos[i] = (int64_t)i;
   std::vector<float> logits(teacher.size() * V);
-  need(det_llama_forward(&m, (int64_t)teacher.size(), teacher.data(), pos.data(), rows.data(), nullptr,
+  need(det_llama_forward(&m, (int64_t)teacher.size(), teacher.data(), pos.data(), seq.data(), &cp, 1, nullptr,
                          logits.data()) == DET_OK, "forward");
   write_all(logits.data(), logits.size() * 4);
 

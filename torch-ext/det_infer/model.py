@@ -493,7 +493,7 @@ class MegaModel:
         sample_f, sample_i = self._sampling(1, temperature, top_k, top_p, min_p, seed)
         self._check_length(len(ids) + max_new)
         state = self._new_kv(len(ids) + max_new)
-        stops = set(self._stop_ids(stop_on_eos, stop_ids).tolist())
+        stops = self._stop_ids(stop_on_eos, stop_ids)
         logits = self.prefill(ids, state)
         tokens, all_logits = [], []
         for step in range(max_new):
@@ -504,7 +504,7 @@ class MegaModel:
                 tok = int(ops.argmax_f32(logits.cpu()))
             tokens.append(tok)
             all_logits.append(logits)
-            if tok in stops or step + 1 == max_new:
+            if not ops.decode_continues(tok, step, max_new, stops):  # the executors' rule (det_program.h)
                 break
             logits = self.decode_step(tok, state.length, state)
         result = (tokens,)
