@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The engine's GEMV alone (`ops.gemv_engine`), bf16 against nf4, at batch 1 on SmolLM2-135M's
+"""The engine's GEMV alone (`ops._test_gemv_engine`), bf16 against nf4, at batch 1 on SmolLM2-135M's
 shapes: one matrix called repeatedly (in cache when it fits), and a set of matrices larger than the
 caches (weights from memory). Medians of 7 and 5 timings; prints a markdown table.
 DET_INFER_GEMV=avx2 (or ref) caps the ISA level for an A/B run.
@@ -40,8 +40,8 @@ def main():
             packed = [(torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, generator=gen),
                        torch.rand(N * K // 64, generator=gen) + 0.1) for _ in range(count)]
             for kind, call, nbytes in (
-                    ("bf16", lambda i: di.ops.gemv_engine(out, dense[i], x), 2 * N * K),
-                    ("nf4", lambda i: di.ops.gemv_engine(out, packed[i][0], x, packed[i][1]), N * K // 2 + N * K // 16)):
+                    ("bf16", lambda i: di.ops._test_gemv_engine(out, dense[i], x), 2 * N * K),
+                    ("nf4", lambda i: di.ops._test_gemv_engine(out, packed[i][0], x, packed[i][1]), N * K // 2 + N * K // 16)):
                 version = call(0)
                 reps, inner = (7, 200) if where == "one matrix repeated" else (5, 1)
                 times = []

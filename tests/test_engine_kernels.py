@@ -39,9 +39,9 @@ def _expected_impl(isa, K, B, dense_ok=True):
 def isa(di, request):
     """Caps the engine at an ISA level for one test (0 ref, 1 avx2, 2 avx512: batch-1 GEMV, bf16
     tiles of 2 or more inputs, nf4 decode, exp and the activations), then uncaps it."""
-    di.ops.isa_cap(request.param)
+    di.ops._test_isa_cap(request.param)
     yield request.param
-    di.ops.isa_cap(2)
+    di.ops._test_isa_cap(2)
 
 
 @pytest.mark.parametrize("isa", [0, 1, 2], indirect=True, ids=["ref", "avx2", "avx512"])
@@ -53,7 +53,7 @@ def test_engine_gemv_equals_reference(di, isa, K, B):
     w = torch.from_numpy(rng.standard_normal((N, K)).astype(np.float32)).to(torch.bfloat16)
     x = torch.from_numpy((rng.standard_normal((B, K)) * 10.0 ** rng.uniform(-2, 2, (B, K))).astype(np.float32))
     out = torch.empty((B, N), dtype=torch.float32)
-    impl = di.ops.gemv_engine(out, w, x)
+    impl = di.ops._test_gemv_engine(out, w, x)
     assert impl == _expected_impl(isa, K, B)
     assert torch.equal(out.view(torch.int32), _reference(di, w, x).view(torch.int32)), impl
 
@@ -70,7 +70,7 @@ def test_engine_gemv_keeps_negative_zero_accumulators(di, isa, K, B):
     w[1] = torch.linspace(-1, 1, K)
     x = torch.full((B, K), 2.0 ** -20)
     out = torch.empty((B, 2), dtype=torch.float32)
-    di.ops.gemv_engine(out, w, x)
+    di.ops._test_gemv_engine(out, w, x)
     want = _reference(di, w, x)
     assert str(want[0, 0].item()) == ("-0.0" if K >= 256 else "0.0")
     assert torch.equal(out.view(torch.int32), want.view(torch.int32))
@@ -101,8 +101,8 @@ def test_engine_gemv_nf4_equals_dense(di, isa, K, block, B):
     codes, absmax, dense = _nf4_case(rng, N, K, block, di.ops.nf4_codebook())
     x = torch.from_numpy(rng.standard_normal((B, K)).astype(np.float32))
     want, got = torch.empty((B, N)), torch.empty((B, N))
-    di.ops.gemv_engine(want, dense, x)
-    impl = di.ops.gemv_engine(got, codes, x, absmax)
+    di.ops._test_gemv_engine(want, dense, x)
+    impl = di.ops._test_gemv_engine(got, codes, x, absmax)
     assert impl == _expected_impl(isa, K, B, "nf4" if block >= 16 else False)
     assert torch.equal(got.view(torch.int32), want.view(torch.int32)), impl
 
@@ -110,9 +110,9 @@ def test_engine_gemv_nf4_equals_dense(di, isa, K, block, B):
 def test_engine_gemv_nf4_rejects_bad_blocks(di):
     codes = torch.zeros((4, 32), dtype=torch.uint8)
     with pytest.raises(ValueError, match="absmax values for 256 elements"):
-        di.ops.gemv_engine(torch.empty((1, 4)), codes, torch.ones(1, 64), torch.ones(3))
+        di.ops._test_gemv_engine(torch.empty((1, 4)), codes, torch.ones(1, 64), torch.ones(3))
     with pytest.raises(ValueError, match="even row length"):
-        di.ops.gemv_engine(torch.empty((1, 4)), codes[:, :16].contiguous(), torch.ones(1, 33), torch.ones(4))
+        di.ops._test_gemv_engine(torch.empty((1, 4)), codes[:, :16].contiguous(), torch.ones(1, 33), torch.ones(4))
 
 
 def test_engine_uses_the_isa_paths_here(di):
@@ -120,7 +120,7 @@ def test_engine_uses_the_isa_paths_here(di):
     flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
     if "avx2" not in flags or "fma" not in flags:
         pytest.skip("no AVX2/FMA here")
-    impl = lambda K, B: di.ops.gemv_engine(torch.empty((B, 1)), torch.ones(1, K, dtype=torch.bfloat16), torch.ones(B, K))
+    impl = lambda K, B: di.ops._test_gemv_engine(torch.empty((B, 1)), torch.ones(1, K, dtype=torch.bfloat16), torch.ones(B, K))
     fast = "avx512" if _has(*AVX512) else "avx2"
     assert impl(576, 1) == fast and impl(576, 2) == fast and impl(576, 4) == fast and impl(584, 1) == "ref"
 
@@ -149,7 +149,7 @@ def test_engine_activations_equal_the_contract(di, isa, fn):
     bits = torch.randint(0, 2**32, (1_000_003,), dtype=torch.int64, generator=torch.Generator().manual_seed(3))
     x = torch.cat([x, bits.to(torch.int32).view(torch.float32)])
     out = torch.empty_like(x)
-    di.ops.act_engine(out, x, fn)
+    di.ops._test_act_engine(out, x, fn)
     assert torch.equal(out.view(torch.int32), di.contract.unary(x, fn).view(torch.int32))
 
 
@@ -162,7 +162,7 @@ def test_engine_activations_short_lengths(di, isa, fn):
     x = torch.from_numpy(np.random.default_rng(5).standard_normal(200).astype(np.float32) * 30)
     for n in (1, 7, 8, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129):
         out = torch.full((n + 8,), 7.0)
-        di.ops.act_engine(out[:n], x[:n], fn)
+        di.ops._test_act_engine(out[:n], x[:n], fn)
         assert torch.equal(out[:n].view(torch.int32), di.contract.unary(x[:n], fn).view(torch.int32)), n
         assert torch.equal(out[n:], torch.full((8,), 7.0)), n
 
@@ -180,7 +180,7 @@ def test_engine_activation_times_up(di, isa, fn):
     up[: 7 * 997 : 997] = special
     x[5 : 5 + 7 * 991 : 991] = special
     out = torch.empty_like(x)
-    di.ops.act_engine(out, x, fn, up)
+    di.ops._test_act_engine(out, x, fn, up)
     want = di.contract.unary(x, fn) * up
     nan = torch.isnan(want)
     assert torch.equal(torch.isnan(out), nan)
@@ -210,6 +210,6 @@ def test_engine_attention_scores_equal_the_contract(di, isa, D):
             torch.tensor(scale, dtype=torch.float32))
     for count in (1, 5, 8, 13, n):
         out = torch.full((count,), 7.0)
-        di.ops.attn_scores_engine(out, q, k[:count], scale)
+        di.ops._test_attn_scores_engine(out, q, k[:count], scale)
         assert torch.equal(out.view(torch.int32), want[:count].view(torch.int32)), count
     assert want[0].item() == 0.0 and str(want[1].item()) == ("-0.0" if D >= 256 else "0.0")

@@ -243,24 +243,27 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // contract argmax: NaN above all, then largest, ties to the lowest id
   ops.def("argmax_f32(Tensor x) -> int");
   ops.impl("argmax_f32", torch::kCPU, &argmax_f32);
+  // ---- test-only ops (the _test_ prefix): probes of the engine's kernels for tests/ and
+  // benchmarks/, not part of the v1 surface.
   // true when a native call runs under the IEEE FP environment it installs
-  ops.def("fpenv_probe() -> bool");
-  ops.impl("fpenv_probe", c10::DispatchKey::CompositeExplicitAutograd, &fpenv_probe);
+  ops.def("_test_fpenv_probe() -> bool");
+  ops.impl("_test_fpenv_probe", c10::DispatchKey::CompositeExplicitAutograd, &fpenv_probe);
   // out (B, N) = x (B, K) times w (N, K)^T with the engine's GEMV (w bf16, or nf4 codes with
   // their absmax); returns the version used
-  ops.def("gemv_engine(Tensor! out, Tensor w, Tensor x, Tensor? absmax=None) -> str");
-  ops.impl("gemv_engine", torch::kCPU, &gemv_engine);
+  ops.def("_test_gemv_engine(Tensor! out, Tensor w, Tensor x, Tensor? absmax=None) -> str");
+  ops.impl("_test_gemv_engine", torch::kCPU, &gemv_engine);
   // cap the engine's kernels at an ISA level (0 ref, 1 avx2, 2 avx512: batch-1 GEMV and nf4 decode;
   // above the CPU's = the CPU's)
-  ops.def("isa_cap(int level) -> ()");
-  ops.impl("isa_cap", c10::DispatchKey::CompositeExplicitAutograd, &isa_cap);
+  ops.def("_test_isa_cap(int level) -> ()");
+  ops.impl("_test_isa_cap", c10::DispatchKey::CompositeExplicitAutograd, &isa_cap);
   // the engine's vectorized exp(x), or silu(x) / gelu_tanh(x) times up (1 when absent), for tests
   // against unary_f32
-  ops.def("act_engine(Tensor! out, Tensor x, str fn, Tensor? up=None) -> ()");
-  ops.impl("act_engine", torch::kCPU, &act_engine);
+  ops.def("_test_act_engine(Tensor! out, Tensor x, str fn, Tensor? up=None) -> ()");
+  ops.impl("_test_act_engine", torch::kCPU, &act_engine);
   // the engine's attention scores of one query against rows of k (for tests against the contract)
-  ops.def("attn_scores_engine(Tensor! out, Tensor q, Tensor k, float scale) -> ()");
-  ops.impl("attn_scores_engine", torch::kCPU, &attn_scores_engine);
+  ops.def("_test_attn_scores_engine(Tensor! out, Tensor q, Tensor k, float scale) -> ()");
+  ops.impl("_test_attn_scores_engine", torch::kCPU, &attn_scores_engine);
+  // ---- the loaders' and the engine's ops
   // the contract's nf4 codebook, and nested absmax resolution (contract/det_nf4.h)
   ops.def("nf4_codebook() -> Tensor");
   ops.impl("nf4_codebook", c10::DispatchKey::CompositeExplicitAutograd, &nf4_codebook);

@@ -11,7 +11,9 @@ Load it as a Hugging Face kernel:
 
 `di.contract` exposes the IEEE-only math every executor shares, `di.rope` the exact rope frequency
 tables (docs/SPEC.md), `di.certificate` makes and verifies replayable generation certificates, and
-`di.lm_eval.DetInferLM` is the lm-evaluation-harness model (needs lm-eval).
+`di.lm_eval.DetInferLM` is the lm-evaluation-harness model (needs lm-eval). `di.ops` holds the
+native ops these call; it is not part of the v1 surface, and ops named `_test_*` exist only for
+the test suite and benchmarks.
 """
 from . import certificate, contract, lm_eval, rope, text
 from ._ops import add_op_namespace_prefix, ops
@@ -20,5 +22,6 @@ from .model import KVState, MegaModel
 
 CONTRACT_VERSION = contract.CONTRACT_VERSION
 
-__all__ = ["CONTRACT_VERSION", "KVState", "MegaModel", "ModelConfig", "add_op_namespace_prefix", "certificate",
-           "contract", "lm_eval", "ops", "rope", "text"]
+# The v1 surface (the hub card lists it).
+__all__ = ["CONTRACT_VERSION", "KVState", "MegaModel", "ModelConfig", "certificate", "contract", "lm_eval", "rope",
+           "text"]
