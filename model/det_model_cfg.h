@@ -1,7 +1,7 @@
 // det_model_cfg.h: the model struct (model/det_llama_model.h) from the integer config and the
-// weight list in names.py's canonical order; the one reading of that order, shared by the torch
-// binding (torch-ext/model_args.cpp, which checks every tensor) and the torch-free test tools
-// (tests/native/engine_digest.cpp). Host code.
+// weights, asked for by checkpoint name; shared by the torch binding (torch-ext/model_args.cpp,
+// which binds each name to its tensor and checks it) and the torch-free test tools
+// (tests/native/engine_digest.cpp, which reads names.py's order). Host code.
 #pragma once
 
 #include <stdint.h>
@@ -44,9 +44,9 @@ inline bool det_cfg_well_formed(const int64_t* cfg, size_t n) {
 }
 
 // Fills m and its storage (m.layers and m.steps point into it; the layer plan is built last) from
-// a well-formed cfg. The weights are taken in
-// order through w: w.bf16(rows, cols, what), w.matrix(rows, cols, what) (a projection, dense or
-// nf4) and w.norm(n, what) (fp32 multipliers, also the (1,) softcap and layer scalars); they
+// a well-formed cfg. The weights are asked for by their checkpoint names (names.py's; entries
+// starting with "=" are made by the loader), in names.py's order, through w: w.bf16(rows, cols,
+// name), w.matrix(rows, cols, name) (a projection, dense or nf4) and w.norm(n, name) (fp32 multipliers, also the (1,) softcap and layer scalars); they
 // return null / an unset matrix or throw when a tensor is wrong, as the caller prefers. K/V
 // offsets and the cache row are derived here. m.inv_freq and m.rms_eps are the caller's.
 template <class Weights>
@@ -67,14 +67,14 @@ void det_model_from_cfg(const int64_t* cfg, det_llama_model& m, det_model_storag
   const bool qk = cfg[CFG_QK_NORM] != 0, tied = cfg[CFG_TIED] != 0, out_norms = cfg[CFG_OUT_NORMS] != 0;
   const bool v_norm = cfg[CFG_V_NORM] != 0, scalars = cfg[CFG_LAYER_SCALARS] != 0;
   const int64_t H = m.hidden, P = m.ple_dim;
-  m.embed = w.bf16(m.vocab, H, "embed_tokens");
-  m.final_norm = w.norm(H, "norm");
-  m.lm_head = tied ? m.embed : w.bf16(m.vocab, H, "lm_head");
-  m.softcap = cfg[CFG_SOFTCAP] ? w.norm(1, "final_logit_softcapping") : nullptr;
+  m.embed = w.bf16(m.vocab, H, "model.embed_tokens.weight");
+  m.final_norm = w.norm(H, "model.norm.weight");
+  m.lm_head = tied ? m.embed : w.bf16(m.vocab, H, "lm_head.weight");
+  m.softcap = cfg[CFG_SOFTCAP] ? w.norm(1, "=softcap") : nullptr;
   if (P > 0) {
-    m.ple_embed = w.bf16(m.vocab, m.n_layers * P, "embed_tokens_per_layer");
-    m.ple_model_proj = w.matrix(m.n_layers * P, H, "per_layer_model_projection");
-    m.ple_proj_norm = w.norm(P, "per_layer_projection_norm");
+    m.ple_embed = w.bf16(m.vocab, m.n_layers * P, "model.embed_tokens_per_layer.weight");
+    m.ple_model_proj = w.matrix(m.n_layers * P, H, "model.per_layer_model_projection.weight");
+    m.ple_proj_norm = w.norm(P, "model.per_layer_projection_norm.weight");
   }
   layers.assign(m.n_layers, det_llama_layer{});
   m.kv_row = 0;
@@ -88,24 +88,25 @@ void det_model_from_cfg(const int64_t* cfg, det_llama_model& m, det_model_storag
     const int64_t D = L.head_dim, QD = m.n_heads * D, KVD = m.n_kv_heads * D, I = L.inter;
     L.kv_offset = own ? m.kv_row : (L.kv_source < l ? layers[L.kv_source].kv_offset : -1);
     if (own) m.kv_row += KVD;
-    const std::string p = "layers." + std::to_string(l) + ".";
-    L.attn_norm = w.norm(H, p + "input_layernorm");
-    L.wq = w.matrix(QD, H, p + "q_proj");
-    if (own) L.wk = w.matrix(KVD, H, p + "k_proj"), L.wv = w.matrix(KVD, H, p + "v_proj");
-    L.wo = w.matrix(H, QD, p + "o_proj");
-    L.q_norm = qk ? w.norm(D, p + "q_norm") : nullptr;
-    L.k_norm = qk && own ? w.norm(D, p + "k_norm") : nullptr;
-    L.v_norm = v_norm && own ? w.norm(D, p + "v_norm") : nullptr;
-    L.attn_out_norm = out_norms ? w.norm(H, p + "attention output norm") : nullptr;
-    L.mlp_norm = w.norm(H, p + "MLP input norm");
-    L.w_gate = w.matrix(I, H, p + "gate_proj");
-    L.w_up = w.matrix(I, H, p + "up_proj");
-    L.w_down = w.matrix(H, I, p + "down_proj");
-    L.mlp_out_norm = out_norms ? w.norm(H, p + "MLP output norm") : nullptr;
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    L.attn_norm = w.norm(H, p + "input_layernorm.weight");
+    L.wq = w.matrix(QD, H, p + "self_attn.q_proj.weight");
+    if (own) L.wk = w.matrix(KVD, H, p + "self_attn.k_proj.weight"), L.wv = w.matrix(KVD, H, p + "self_attn.v_proj.weight");
+    L.wo = w.matrix(H, QD, p + "self_attn.o_proj.weight");
+    L.q_norm = qk ? w.norm(D, p + "self_attn.q_norm.weight") : nullptr;
+    L.k_norm = qk && own ? w.norm(D, p + "self_attn.k_norm.weight") : nullptr;
+    L.v_norm = v_norm && own ? w.norm(D, p + "=ones:self_attn.v_norm") : nullptr;
+    // Models with output norms (Gemma) name their four norms by place.
+    L.attn_out_norm = out_norms ? w.norm(H, p + "post_attention_layernorm.weight") : nullptr;
+    L.mlp_norm = w.norm(H, p + (out_norms ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"));
+    L.w_gate = w.matrix(I, H, p + "mlp.gate_proj.weight");
+    L.w_up = w.matrix(I, H, p + "mlp.up_proj.weight");
+    L.w_down = w.matrix(H, I, p + "mlp.down_proj.weight");
+    L.mlp_out_norm = out_norms ? w.norm(H, p + "post_feedforward_layernorm.weight") : nullptr;
     if (P > 0) {
-      L.ple_gate = w.matrix(P, H, p + "per_layer_input_gate");
-      L.ple_proj = w.matrix(H, P, p + "per_layer_projection");
-      L.ple_out_norm = w.norm(H, p + "post_per_layer_input_norm");
+      L.ple_gate = w.matrix(P, H, p + "per_layer_input_gate.weight");
+      L.ple_proj = w.matrix(H, P, p + "per_layer_projection.weight");
+      L.ple_out_norm = w.norm(H, p + "post_per_layer_input_norm.weight");
     }
     L.scalar = scalars ? w.norm(1, p + "layer_scalar") : nullptr;
   }

@@ -136,8 +136,7 @@ def test_raw_op_refuses_bad_programs(di, tmp_root):
         n = len(tokens)
         want = want or [1] * n
         out = torch.empty((sum(want), V), dtype=torch.float32)
-        di.ops.mega_forward(mm._weights, mm._scales, mm._cfg_ints, mm.config.rms_norm_eps, mm._inv_freq,
-                            torch.tensor(tokens, dtype=torch.int32), torch.tensor(positions, dtype=torch.int64),
+        di.ops.mega_forward(mm._native, torch.tensor(tokens, dtype=torch.int32), torch.tensor(positions, dtype=torch.int64),
                             [state.cache], torch.zeros(n, dtype=torch.int64), torch.tensor(want, dtype=torch.uint8),
                             out, geo)
         return out

@@ -198,33 +198,46 @@ def test_bad_input_is_a_clear_error_and_the_model_stays_usable(mm, call, exc, me
 
 
 def test_raw_op_validates_its_arguments(di, mm):
-    w, cfg = mm._weights, mm._cfg_ints
     logits = torch.empty((1, 1000))
     state = mm.new_state(8)
-    args = lambda tok, pos: (w, [], cfg, mm.config.rms_norm_eps, mm._inv_freq, torch.tensor([tok], dtype=torch.int32),
-                             torch.tensor([pos]), [state.cache], torch.tensor([0]), torch.tensor([1], dtype=torch.uint8),
-                             logits)
+    args = lambda tok, pos: (mm._native, torch.tensor([tok], dtype=torch.int32), torch.tensor([pos]), [state.cache],
+                             torch.tensor([0]), torch.tensor([1], dtype=torch.uint8), logits)
     with pytest.raises(ValueError, match="outside the vocabulary"):
         di.ops.mak_forward(*args(1000, 0))
     with pytest.raises(ValueError, match="outside the KV cache capacity"):
         di.ops.mak_forward(*args(5, 8))
-    with pytest.raises(ValueError, match=r"got 29 weight tensors; the config needs more \(at layers.2.down_proj\)"):
-        di.ops.mak_forward(w[:-1], *args(5, 0)[1:])
-    with pytest.raises(ValueError, match="got 31 weight tensors, the config uses 30"):
-        di.ops.mak_forward(w + [w[-1]], *args(5, 0)[1:])
-    two = (w, [], cfg, mm.config.rms_norm_eps, mm._inv_freq, torch.tensor([5, 6], dtype=torch.int32),
-           torch.tensor([1, 0]), [state.cache], torch.tensor([0, 0]), torch.tensor([1, 1], dtype=torch.uint8),
-           torch.empty((2, 1000)))
+    two = (mm._native, torch.tensor([5, 6], dtype=torch.int32), torch.tensor([1, 0]), [state.cache],
+           torch.tensor([0, 0]), torch.tensor([1, 1], dtype=torch.uint8), torch.empty((2, 1000)))
     with pytest.raises(ValueError, match="increasing position order"):
         di.ops.mak_forward(*two)
-    bad = list(w)
-    bad[4] = bad[4].float()  # layer 0's q_proj
-    with pytest.raises(TypeError, match="must be bfloat16"):
-        di.ops.mak_forward(bad, *args(5, 0)[1:])
-    bad = list(w)
-    bad[3] = bad[3].bfloat16()  # layer 0's input norm
-    with pytest.raises(TypeError, match="must be float32 multipliers"):
-        di.ops.mak_forward(bad, *args(5, 0)[1:])
+
+
+def test_native_model_binds_weights_by_name(di, mm):
+    """The weights reach the native side once, by checkpoint name: their order does not matter, and
+    a missing, extra, repeated or mistyped tensor is refused by name."""
+    names, w = di.names.llama_tensor_names(mm.config), mm._weights
+    build = lambda n, t: di.model.native_model(n, t, [], mm._cfg_ints, mm.config.rms_norm_eps, mm._inv_freq)
+    ids = synthetic.token_sequence(12, 1000, 3)
+    shuffled = list(range(len(w)))[::-1]
+    mm_native = mm._native
+    try:
+        mm._native = build([names[i] for i in shuffled], [w[i] for i in shuffled])
+        reversed_order = mm.teacher_forced_logits(ids)
+    finally:
+        mm._native = mm_native
+    assert torch.equal(reversed_order, mm.teacher_forced_logits(ids))
+    with pytest.raises(ValueError, match=r"needs tensor model.layers.2.mlp.down_proj.weight, which was not given"):
+        build(names[:-1], w[:-1])
+    with pytest.raises(ValueError, match="tensor extra.weight is not used by this config"):
+        build(names + ["extra.weight"], w + [w[-1]])
+    with pytest.raises(ValueError, match="is given twice"):
+        build(names + [names[0]], w + [w[0]])
+    q = names.index("model.layers.0.self_attn.q_proj.weight")
+    with pytest.raises(TypeError, match="self_attn.q_proj.weight must be bfloat16"):
+        build(names, [t.float() if i == q else t for i, t in enumerate(w)])
+    norm = names.index("model.layers.0.input_layernorm.weight")
+    with pytest.raises(TypeError, match="input_layernorm.weight must be float32 multipliers"):
+        build(names, [t.bfloat16() if i == norm else t for i, t in enumerate(w)])
 
 
 def test_config_field_table_is_the_same_in_python_and_cpp(di):

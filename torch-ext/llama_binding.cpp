@@ -1,6 +1,5 @@
-// llama_binding.cpp: the mak_* ops of the llama-family engine. Each call receives the model as a
-// tensor list in the canonical order (torch-ext/det_infer/names.py, llama_tensor_names), checks
-// every tensor against the config, and hands raw pointers to the torch-free engine.
+// llama_binding.cpp: the mak_* ops of the llama-family engine. Each call receives the model built
+// once at load (NativeModel, model_args.h) and hands raw pointers to the torch-free engine.
 #include <torch/library.h>
 
 #include <cmath>
@@ -32,32 +31,37 @@ static std::vector<det_kv_cache*> cache_pointers(std::vector<det_kv_cache>& view
   return out;
 }
 
-void mak_forward(const std::vector<torch::Tensor>& weights, const std::vector<torch::Tensor>& scales, c10::IntArrayRef cfg, double eps,
-                 const torch::Tensor& inv_freq, const torch::Tensor& tokens, const torch::Tensor& positions,
+// The model of a CPU engine call: one on the CPU.
+static const det_llama_model& cpu_model(const Model& model) {
+  TORCH_CHECK_VALUE(model->device.is_cpu(), "det-infer: the CPU engine runs a model on the CPU, this one is on ",
+                    model->device);
+  return model->model;
+}
+
+void mak_forward(Model model, const torch::Tensor& tokens, const torch::Tensor& positions,
                  const std::vector<torch::Tensor>& caches, const torch::Tensor& cache_index,
                  const torch::Tensor& want, torch::Tensor& logits) {
-  Assembled a = assemble(weights, scales, cfg, eps, inv_freq, torch::kCPU);
-  std::vector<det_kv_cache> views = cache_views(a.model, caches, torch::kCPU);
+  const det_llama_model& m = cpu_model(model);
+  std::vector<det_kv_cache> views = cache_views(m, caches, torch::kCPU);
   const det_program_rows rows =
-      forward_rows(tokens, positions, cache_index, want, (int64_t)views.size(), logits, a.model.vocab, torch::kCPU);
-  check_rc(det_llama_forward(&a.model, rows.size(), rows.tokens.data(), rows.positions.data(), rows.seq.data(),
+      forward_rows(tokens, positions, cache_index, want, (int64_t)views.size(), logits, m.vocab, torch::kCPU);
+  check_rc(det_llama_forward(&m, rows.size(), rows.tokens.data(), rows.positions.data(), rows.seq.data(),
                              cache_pointers(views).data(), (int64_t)views.size(), rows.want.data(),
                              logits.data_ptr<float>()));
 }
 
-void mak_generate(const std::vector<torch::Tensor>& weights, const std::vector<torch::Tensor>& scales, c10::IntArrayRef cfg, double eps,
-                  const torch::Tensor& inv_freq, const torch::Tensor& prompts,
+void mak_generate(Model model, const torch::Tensor& prompts,
                   const torch::Tensor& prompt_offsets, const torch::Tensor& start_positions,
                   const std::vector<torch::Tensor>& caches, int64_t max_new, const torch::Tensor& stop_ids,
                   const torch::Tensor& sample_f, const torch::Tensor& sample_i, torch::Tensor& out_tokens,
                   torch::Tensor& out_lengths, torch::Tensor& step_logits) {
-  Assembled a = assemble(weights, scales, cfg, eps, inv_freq, torch::kCPU);
-  std::vector<det_kv_cache> views = cache_views(a.model, caches, torch::kCPU);
+  const det_llama_model& m = cpu_model(model);
+  std::vector<det_kv_cache> views = cache_views(m, caches, torch::kCPU);
   const int64_t B = (int64_t)views.size();
   generate_rows(prompts, prompt_offsets, start_positions, B, max_new, out_tokens, out_lengths, step_logits,
-                a.model.vocab, torch::kCPU);
+                m.vocab, torch::kCPU);
   const std::vector<det_sample_params> sample = sample_params(sample_f, sample_i, B);
-  check_rc(det_llama_generate(&a.model, B, prompts.data_ptr<int32_t>(), prompt_offsets.data_ptr<int64_t>(),
+  check_rc(det_llama_generate(&m, B, prompts.data_ptr<int32_t>(), prompt_offsets.data_ptr<int64_t>(),
                               start_positions.data_ptr<int64_t>(), cache_pointers(views).data(), max_new,
                               host_ints<int32_t>(stop_ids, torch::kInt32, "stop_ids"), stop_ids.numel(),
                               sample.empty() ? nullptr : sample.data(), out_tokens.data_ptr<int32_t>(),
@@ -150,12 +154,12 @@ std::tuple<torch::Tensor, torch::Tensor> logprob_kept(const torch::Tensor& logit
 
 void register_llama_ops(torch::Library& ops) {
   // Forward pass of rows (token, position, cache) through a llama-family model; logits of the wanted rows.
-  ops.def("mak_forward(Tensor[] weights, Tensor[] scales, int[] cfg, float eps, Tensor inv_freq, Tensor tokens, Tensor positions, "
+  ops.def("mak_forward(" DET_MODEL_TYPE " model, Tensor tokens, Tensor positions, "
           "Tensor(a!)[] caches, Tensor cache_index, Tensor want, Tensor! logits) -> ()");
   ops.impl("mak_forward", torch::kCPU, &mak_forward);
   // A whole generation for B sequences (prefill + every decode step) in one native call: greedy,
   // or seeded sampling per sequence (sample_f / sample_i, docs/SPEC.md §15).
-  ops.def("mak_generate(Tensor[] weights, Tensor[] scales, int[] cfg, float eps, Tensor inv_freq, Tensor prompts, "
+  ops.def("mak_generate(" DET_MODEL_TYPE " model, Tensor prompts, "
           "Tensor prompt_offsets, Tensor start_positions, Tensor(a!)[] caches, int max_new, Tensor stop_ids, "
           "Tensor sample_f, Tensor sample_i, Tensor! out_tokens, Tensor! out_lengths, Tensor! step_logits) -> ()");
   ops.impl("mak_generate", torch::kCPU, &mak_generate);

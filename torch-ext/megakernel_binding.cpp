@@ -1,6 +1,7 @@
 // megakernel_binding.cpp: the mega_* ops. On CUDA tensors they launch the megakernel
 // (det_infer_cuda/det_megakernel.cu); on CPU tensors they run the same device code under host SIMT
-// emulation (megakernel/host/). Arguments are those of mak_forward / mak_generate plus the launch
+// emulation (megakernel/host/). Arguments are those of mak_forward / mak_generate (the model built
+// at load, NativeModel) plus the launch
 // geometry [grid, warps, ring, tile_rows, seed] (0 for grid, warps or tile_rows: the launcher's
 // choice on a GPU). Token, position and index tensors are CPU tensors on both paths: they are
 // validated on the host before anything is launched.
@@ -60,23 +61,24 @@ torch::Tensor upload(const std::vector<T>& v, const torch::Device& dev) {
 #endif
 
 // Validates and runs a program whose outputs (prog.logits / out_* / step_logits) are already set.
-void run(Assembled& a, const torch::Device& dev, HostProgram& h, det_mk_program prog, det_mk_geometry geo) {
+void run(const NativeModel& nm, HostProgram& h, det_mk_program prog, det_mk_geometry geo) {
+  const torch::Device& dev = nm.device;
   const char* why = nullptr;
   const det_program_rows& r = h.rows;
   prog.n_rows = r.size();
   prog.n_seq = (int64_t)h.seqs.size();
   prog.n_stop = (int64_t)h.stops.size();
-  int rc = det_mk_check_model(&a.model, &why);
+  int rc = det_mk_check_model(&nm.model, &why);
   check(rc, why, "the megakernel cannot run this model");
-  rc = det_mk_check_program(&a.model, &prog, r.tokens.data(), r.positions.data(), r.seq.data(), r.want.data(),
+  rc = det_mk_check_program(&nm.model, &prog, r.tokens.data(), r.positions.data(), r.seq.data(), r.want.data(),
                             h.capacities.data(), &why);
   check(rc, why, "invalid program");
   det_mk_params p{};
-  p.model = a.model;
+  p.model = nm.model;
   if (dev.is_cpu()) {
     rc = det_mk_check_geometry(&geo, &why);
     check(rc, why, "invalid geometry");
-    torch::Tensor ws = torch::zeros({(int64_t)det_mk_workspace_bytes(&a.model, geo.tile_rows) + 16}, torch::kUInt8);
+    torch::Tensor ws = torch::zeros({(int64_t)det_mk_workspace_bytes(&nm.model, geo.tile_rows) + 16}, torch::kUInt8);
     prog.tokens = r.tokens.data();
     prog.positions = r.positions.data();
     prog.seq = r.seq.data();
@@ -85,24 +87,24 @@ void run(Assembled& a, const torch::Device& dev, HostProgram& h, det_mk_program 
     prog.stop_ids = h.stops.data();
     prog.sample = h.sample.empty() ? nullptr : h.sample.data();
     p.prog = prog;
-    p.ws = det_mk_workspace_carve(&a.model, geo.tile_rows, ws.data_ptr());
+    p.ws = det_mk_workspace_carve(&nm.model, geo.tile_rows, ws.data_ptr());
     p.geo = geo;
     check(det_mk_run_emulated(&p), "a synchronization was not reached by every thread (deadlock)", "emulation failed");
     return;
   }
 #if defined(CUDA_KERNEL)
   const c10::cuda::CUDAGuard guard(dev);
-  rc = det_mk_check_alignment(&a.model, &why);
+  rc = det_mk_check_alignment(&nm.model, &why);
   check(rc, why, "the megakernel cannot read these weights");
-  rc = det_mk_cuda_resolve(&a.model, &geo, dev.index(), &why);
+  rc = det_mk_cuda_resolve(&nm.model, &geo, dev.index(), &why);
   check(rc, why, "invalid geometry");
-  auto layers = upload(a.storage.layers, dev), steps = upload(a.storage.steps, dev), tokens = upload(r.tokens, dev), positions = upload(r.positions, dev);
+  auto tokens = upload(r.tokens, dev), positions = upload(r.positions, dev);
   auto seq = upload(r.seq, dev), want = upload(r.want, dev), seqs = upload(h.seqs, dev), stops = upload(h.stops, dev);
   auto sample = upload(h.sample, dev);
-  torch::Tensor ws = torch::zeros({(int64_t)det_mk_workspace_bytes(&a.model, geo.tile_rows) + 16},
+  torch::Tensor ws = torch::zeros({(int64_t)det_mk_workspace_bytes(&nm.model, geo.tile_rows) + 16},
                                   torch::dtype(torch::kUInt8).device(dev));
-  p.model.layers = (const det_llama_layer*)layers.data_ptr();
-  p.model.steps = (const det_step*)steps.data_ptr();
+  p.model.layers = (const det_llama_layer*)nm.device_layers.data_ptr();  // copied at load
+  p.model.steps = (const det_step*)nm.device_steps.data_ptr();
   prog.tokens = (const int32_t*)tokens.data_ptr();
   prog.positions = (const int64_t*)positions.data_ptr();
   prog.seq = (const int32_t*)seq.data_ptr();
@@ -111,7 +113,7 @@ void run(Assembled& a, const torch::Device& dev, HostProgram& h, det_mk_program 
   prog.stop_ids = (const int32_t*)stops.data_ptr();
   prog.sample = h.sample.empty() ? nullptr : (const det_sample_params*)sample.data_ptr();
   p.prog = prog;
-  p.ws = det_mk_workspace_carve(&a.model, geo.tile_rows, ws.data_ptr());
+  p.ws = det_mk_workspace_carve(&nm.model, geo.tile_rows, ws.data_ptr());
   p.geo = geo;
   rc = det_mk_cuda_launch(&p, c10::cuda::getCurrentCUDAStream(dev.index()).stream(), &why);
   check(rc, why, "CUDA launch failed");
@@ -124,35 +126,31 @@ void run(Assembled& a, const torch::Device& dev, HostProgram& h, det_mk_program 
 
 }  // namespace
 
-void mega_forward(const std::vector<torch::Tensor>& weights, const std::vector<torch::Tensor>& scales, c10::IntArrayRef cfg, double eps,
-                  const torch::Tensor& inv_freq, const torch::Tensor& tokens, const torch::Tensor& positions,
+void mega_forward(Model model, const torch::Tensor& tokens, const torch::Tensor& positions,
                   const std::vector<torch::Tensor>& caches, const torch::Tensor& cache_index,
                   const torch::Tensor& want, torch::Tensor& logits, c10::IntArrayRef geometry) {
-  TORCH_CHECK_VALUE(!weights.empty(), "det-infer: no weights");
-  const torch::Device dev = weights[0].device();
-  Assembled a = assemble(weights, scales, cfg, eps, inv_freq, dev);
-  HostProgram h = host_program(cache_views(a.model, caches, dev));
-  h.rows = forward_rows(tokens, positions, cache_index, want, (int64_t)h.seqs.size(), logits, a.model.vocab, dev);
+  const NativeModel& nm = *model;
+  const torch::Device& dev = nm.device;
+  HostProgram h = host_program(cache_views(nm.model, caches, dev));
+  h.rows = forward_rows(tokens, positions, cache_index, want, (int64_t)h.seqs.size(), logits, nm.model.vocab, dev);
   det_mk_program prog{};
   prog.logits = logits.data_ptr<float>();
-  run(a, dev, h, prog, parse_geometry(geometry));
+  run(nm, h, prog, parse_geometry(geometry));
 }
 
-void mega_generate(const std::vector<torch::Tensor>& weights, const std::vector<torch::Tensor>& scales, c10::IntArrayRef cfg, double eps,
-                   const torch::Tensor& inv_freq, const torch::Tensor& prompts, const torch::Tensor& prompt_offsets,
+void mega_generate(Model model, const torch::Tensor& prompts, const torch::Tensor& prompt_offsets,
                    const torch::Tensor& start_positions, const std::vector<torch::Tensor>& caches, int64_t max_new,
                    const torch::Tensor& stop_ids, const torch::Tensor& sample_f, const torch::Tensor& sample_i,
                    torch::Tensor& out_tokens, torch::Tensor& out_lengths, torch::Tensor& step_logits,
                    c10::IntArrayRef geometry) {
-  TORCH_CHECK_VALUE(!weights.empty(), "det-infer: no weights");
-  const torch::Device dev = weights[0].device();
-  Assembled a = assemble(weights, scales, cfg, eps, inv_freq, dev);
-  HostProgram h = host_program(cache_views(a.model, caches, dev));
+  const NativeModel& nm = *model;
+  const torch::Device& dev = nm.device;
+  HostProgram h = host_program(cache_views(nm.model, caches, dev));
   const int64_t B = (int64_t)h.seqs.size();
   TORCH_CHECK_VALUE(B >= 1 && B <= DET_MK_ROWS_MAX, "det-infer: the megakernel generates for 1..", DET_MK_ROWS_MAX,
                     " sequences, got ", B);
   h.rows = generate_rows(prompts, prompt_offsets, start_positions, B, max_new, out_tokens, out_lengths, step_logits,
-                         a.model.vocab, dev);
+                         nm.model.vocab, dev);
   const int32_t* st = host_ints<int32_t>(stop_ids, torch::kInt32, "stop_ids");
   h.stops.assign(st, st + stop_ids.numel());
   h.sample = sample_params(sample_f, sample_i, B);
@@ -161,16 +159,16 @@ void mega_generate(const std::vector<torch::Tensor>& weights, const std::vector<
   prog.out_tokens = out_tokens.data_ptr<int32_t>();
   prog.out_lengths = out_lengths.data_ptr<int64_t>();
   if (step_logits.numel() > 0) prog.step_logits = step_logits.data_ptr<float>();
-  run(a, dev, h, prog, parse_geometry(geometry));
+  run(nm, h, prog, parse_geometry(geometry));
 }
 
 void register_megakernel_ops(torch::Library& ops) {
   // mak_forward through the megakernel (CUDA tensors) or its host emulation (CPU tensors).
-  ops.def("mega_forward(Tensor[] weights, Tensor[] scales, int[] cfg, float eps, Tensor inv_freq, Tensor tokens, Tensor positions, "
+  ops.def("mega_forward(" DET_MODEL_TYPE " model, Tensor tokens, Tensor positions, "
           "Tensor(a!)[] caches, Tensor cache_index, Tensor want, Tensor! logits, int[] geometry) -> ()");
   ops.impl("mega_forward", c10::DispatchKey::CompositeExplicitAutograd, &mega_forward);
   // mak_generate as one megakernel launch (or its host emulation).
-  ops.def("mega_generate(Tensor[] weights, Tensor[] scales, int[] cfg, float eps, Tensor inv_freq, Tensor prompts, "
+  ops.def("mega_generate(" DET_MODEL_TYPE " model, Tensor prompts, "
           "Tensor prompt_offsets, Tensor start_positions, Tensor(a!)[] caches, int max_new, Tensor stop_ids, "
           "Tensor sample_f, Tensor sample_i, Tensor! out_tokens, Tensor! out_lengths, Tensor! step_logits, "
           "int[] geometry) -> ()");

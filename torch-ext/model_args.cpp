@@ -75,40 +75,48 @@ det_matrix matrix_view(const torch::Tensor& w, const torch::Tensor& absmax, int6
   return m;
 }
 
-Assembled assemble(const std::vector<torch::Tensor>& w, const std::vector<torch::Tensor>& scales,
-                   c10::IntArrayRef cfg, double eps, const torch::Tensor& inv_freq, const torch::Device& device) {
+NativeModel::NativeModel(std::vector<std::string> names, std::vector<torch::Tensor> w, std::vector<torch::Tensor> sc,
+                         std::vector<int64_t> cfg, double eps, torch::Tensor freq)
+    : weights(std::move(w)), scales(std::move(sc)), inv_freq(std::move(freq)),
+      device(weights.empty() ? torch::Device(torch::kCPU) : weights[0].device()) {
+  TORCH_CHECK_VALUE(!weights.empty() && names.size() == weights.size(), "det-infer: got ", names.size(), " names for ",
+                    weights.size(), " weight tensors (expected one name per tensor, at least one)");
   TORCH_CHECK_VALUE(det_cfg_well_formed(cfg.data(), cfg.size()), "det-infer: cfg has ", cfg.size(),
                     " fields or a negative one; expected ", CFG_COUNT, " + ", CFG_PER_TABLE,
                     " per rope table (1 or 2) + ", CFG_PER_LAYER, " per layer, none negative");
-  TORCH_CHECK_VALUE(scales.empty() || scales.size() == w.size(), "det-infer: got ", scales.size(),
-                    " scale tensors for ", w.size(), " weights (expected none or one per weight)");
+  TORCH_CHECK_VALUE(scales.empty() || scales.size() == weights.size(), "det-infer: got ", scales.size(),
+                    " scale tensors for ", weights.size(), " weights (expected none or one per weight)");
   for (size_t i = 0; i < scales.size(); ++i)
-    TORCH_CHECK_VALUE(scales[i].numel() == 0 || w[i].scalar_type() == torch::kUInt8,
-                      "det-infer: weight ", i, " has a scale tensor but is not uint8 nf4 codes");
-  // The weights in order, each checked (type, shape, device) as it is taken.
+    TORCH_CHECK_VALUE(scales[i].numel() == 0 || weights[i].scalar_type() == torch::kUInt8, "det-infer: weight ",
+                      names[i], " has a scale tensor but is not uint8 nf4 codes");
+  // Each weight by name, checked (type, shape, device) as the config asks for it.
   struct Taker {
-    const std::vector<torch::Tensor>& w;
-    const std::vector<torch::Tensor>& scales;
-    const torch::Device& device;
-    size_t i = 0;
-    size_t next(const std::string& what) {
-      TORCH_CHECK_VALUE(i < w.size(), "det-infer: got ", w.size(), " weight tensors; the config needs more (at ",
-                        what, ")");
-      return i++;
+    const NativeModel& nm;
+    const std::vector<std::string>& names;
+    std::map<std::string, size_t> index;
+    std::vector<bool> used;
+    size_t find(const std::string& name) {
+      auto it = index.find(name);
+      TORCH_CHECK_VALUE(it != index.end(), "det-infer: the config needs tensor ", name, ", which was not given");
+      used[it->second] = true;
+      return it->second;
     }
-    const uint16_t* bf16(int64_t rows, int64_t cols, const std::string& what) {
-      return bf16_ptr(w[next(what)], {rows, cols}, what, device);
+    const uint16_t* bf16(int64_t rows, int64_t cols, const std::string& name) {
+      return bf16_ptr(nm.weights[find(name)], {rows, cols}, name, nm.device);
     }
-    det_matrix matrix(int64_t rows, int64_t cols, const std::string& what) {
-      const size_t k = next(what);
-      return matrix_view(w[k], scales.empty() ? torch::Tensor() : scales[k], rows, cols, what, device);
+    det_matrix matrix(int64_t rows, int64_t cols, const std::string& name) {
+      const size_t k = find(name);
+      return matrix_view(nm.weights[k], nm.scales.empty() ? torch::Tensor() : nm.scales[k], rows, cols, name,
+                         nm.device);
     }
-    const float* norm(int64_t n, const std::string& what) { return f32_ptr(w[next(what)], n, what, device); }
-  } take{w, scales, device};
-  Assembled a{};
-  det_llama_model& m = a.model;
-  det_model_from_cfg(cfg.data(), m, a.storage, take);
-  TORCH_CHECK_VALUE(take.i == w.size(), "det-infer: got ", w.size(), " weight tensors, the config uses ", take.i);
+    const float* norm(int64_t n, const std::string& name) { return f32_ptr(nm.weights[find(name)], n, name, nm.device); }
+  } take{*this, names, {}, std::vector<bool>(names.size(), false)};
+  for (size_t i = 0; i < names.size(); ++i)
+    TORCH_CHECK_VALUE(take.index.emplace(names[i], i).second, "det-infer: tensor ", names[i], " is given twice");
+  det_llama_model& m = model;
+  det_model_from_cfg(cfg.data(), m, storage, take);
+  for (size_t i = 0; i < names.size(); ++i)
+    TORCH_CHECK_VALUE(take.used[i], "det-infer: tensor ", names[i], " is not used by this config");
   m.rms_eps = (float)eps;
   TORCH_CHECK_TYPE(inv_freq.scalar_type() == torch::kFloat64 && inv_freq.is_contiguous() &&
                        inv_freq.numel() == m.rope_pairs && inv_freq.device() == device,
@@ -118,7 +126,13 @@ Assembled assemble(const std::vector<torch::Tensor>& w, const std::vector<torch:
                         m.n_heads % m.n_kv_heads == 0 && det_llama_model_valid(&m),
                     "det-infer: inconsistent model config (shapes, switches, rope tables, or a layer's head size, "
                     "MLP width or K/V source)");
-  return a;
+  if (device.is_cuda()) {
+    auto upload = [&](void* p, size_t bytes) {
+      return torch::from_blob(p, {(int64_t)bytes}, torch::kUInt8).to(device);
+    };
+    device_layers = upload(storage.layers.data(), storage.layers.size() * sizeof(det_llama_layer));
+    device_steps = upload(storage.steps.data(), storage.steps.size() * sizeof(det_step));
+  }
 }
 
 std::vector<det_kv_cache> cache_views(const det_llama_model& m, const std::vector<torch::Tensor>& caches,

@@ -13,18 +13,30 @@
 #include "../model/det_program.h"
 #include "../contract/det_sample.h"
 
-struct Assembled {
-  det_llama_model model;
-  det_model_storage storage;  // model.layers and model.steps point here
+// The model handed to the native side once, at load (torch.classes.<ns>.Model): its tensors, kept
+// alive, bound by checkpoint name (names[i] names weights[i]: names.py's names, "=..." for those
+// the loader makes) and checked against the config; the model struct pointing into them; on CUDA
+// the device copies of the layer table and plan the megakernel reads. inv_freq is (rope_pairs,)
+// float64. Norms are float32 multipliers, everything else bf16; scales is empty (every
+// projection dense) or parallel to weights: an empty tensor for a dense weight, the fp32 absmax
+// for an nf4 projection (whose weight holds its uint8 codes; the block length is the power of two
+// that gives absmax.numel() blocks, the last one possibly partial). All on one device.
+struct NativeModel : torch::CustomClassHolder {
+  NativeModel(std::vector<std::string> names, std::vector<torch::Tensor> weights, std::vector<torch::Tensor> scales,
+              std::vector<int64_t> cfg, double eps, torch::Tensor inv_freq);
+  std::vector<torch::Tensor> weights, scales;
+  torch::Tensor inv_freq;
+  torch::Device device;
+  det_llama_model model{};
+  det_model_storage storage;                  // model.layers and model.steps point here
+  torch::Tensor device_layers, device_steps;  // CUDA: copies of storage's tables; else undefined
 };
+using Model = c10::intrusive_ptr<NativeModel>;
 
-// The model from its tensors; every weight and inv_freq ((rope_tables, rope_pairs) float64) must
-// live on `device`. Norms are float32 multipliers, everything else bf16. scales is empty
-// (every projection dense bf16) or parallel to w: an empty tensor for a dense weight, the fp32
-// absmax for an nf4 projection (w[i] then holds its uint8 codes; the block length is the power of
-// two that gives absmax.numel() blocks, the last one possibly partial).
-Assembled assemble(const std::vector<torch::Tensor>& w, const std::vector<torch::Tensor>& scales,
-                   c10::IntArrayRef cfg, double eps, const torch::Tensor& inv_freq, const torch::Device& device);
+// The op schema's type of a NativeModel argument.
+#define DET_STR2(x) #x
+#define DET_STR(x) DET_STR2(x)
+#define DET_MODEL_TYPE "__torch__.torch.classes." DET_STR(TORCH_EXTENSION_NAME) ".Model"
 
 // The contract's nf4 codebook (contract/det_nf4.h), 16 float32 values in a new CPU tensor.
 torch::Tensor nf4_codebook();

@@ -269,6 +269,10 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.impl("nf4_codebook", c10::DispatchKey::CompositeExplicitAutograd, &nf4_codebook);
   ops.def("nf4_nested_absmax(Tensor q2, Tensor code2, Tensor absmax2, int nested_block, float offset) -> Tensor");
   ops.impl("nf4_nested_absmax", torch::kCPU, &nf4_nested_absmax);
+  // The model, handed over once at load (model_args.h): (names, weights, scales, cfg, eps, inv_freq).
+  ops.class_<NativeModel>("Model").def(
+      torch::init<std::vector<std::string>, std::vector<torch::Tensor>, std::vector<torch::Tensor>,
+                  std::vector<int64_t>, double, torch::Tensor>());
   register_llama_ops(ops);
   register_megakernel_ops(ops);
 }

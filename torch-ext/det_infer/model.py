@@ -25,7 +25,7 @@ import time
 import torch
 
 from . import bnb_io, names, safetensors_io
-from ._ops import ops
+from ._ops import add_op_namespace_prefix, ops
 from .config import ModelConfig
 
 BATCH_MAX = 16
@@ -147,6 +147,13 @@ def _resolve_geometry(executor, geometry):
     return g
 
 
+def native_model(tensor_names, weights, scales, cfg_ints, eps, inv_freq):
+    """The native model (torch.classes.<ns>.Model): the weights bound by name (names[i] names
+    weights[i]) and checked against the config once, at load."""
+    namespace = add_op_namespace_prefix("Model").split("::")[0]
+    return getattr(torch.classes, namespace).Model(list(tensor_names), weights, scales, cfg_ints, eps, inv_freq)
+
+
 class MegaModel:
     def __init__(self, config: ModelConfig, tensors: dict, *, device="cpu", max_context=None, executor=None,
                  geometry=None):
@@ -167,6 +174,9 @@ class MegaModel:
         self._weights = weights
         self._scales = scales  # nf4 absmax per weight (empty tensors for dense ones), or [] (names.py)
         self._cfg_ints = config.engine_ints()
+        # Handed to the native side once: every op call takes this object (torch-ext/model_args.h).
+        self._native = native_model(names.llama_tensor_names(config), weights, scales, self._cfg_ints,
+                                    config.rms_norm_eps, self._inv_freq)
         limit = min(config.max_position_embeddings, MAX_POSITIONS)
         self.max_context = min(DEFAULT_MAX_CONTEXT if max_context is None else max_context, limit)
         if self.max_context < 1:
@@ -267,8 +277,7 @@ class MegaModel:
     def _forward(self, tokens, positions, states, cache_index, want):
         n_want = int(sum(want))
         logits = torch.empty((n_want, self.config.vocab_size), dtype=torch.float32, device=self.device)
-        args = (self._weights, self._scales, self._cfg_ints, self.config.rms_norm_eps, self._inv_freq,
-                torch.tensor(tokens, dtype=torch.int32), torch.tensor(positions, dtype=torch.int64),
+        args = (self._native, torch.tensor(tokens, dtype=torch.int32), torch.tensor(positions, dtype=torch.int64),
                 [s.cache for s in states], torch.tensor(cache_index, dtype=torch.int64),
                 torch.tensor(want, dtype=torch.uint8), logits)
         if self.executor == "engine":
@@ -449,8 +458,7 @@ class MegaModel:
         out = torch.empty((B, max_new), dtype=torch.int32, device=dev)
         lengths = torch.empty(B, dtype=torch.int64, device=dev)
         step_logits = torch.empty((B, max_new, V) if return_logits else (0,), dtype=torch.float32, device=dev)
-        args = (self._weights, self._scales, self._cfg_ints, self.config.rms_norm_eps, self._inv_freq,
-                torch.tensor([t for p in prompts for t in p], dtype=torch.int32),
+        args = (self._native, torch.tensor([t for p in prompts for t in p], dtype=torch.int32),
                 torch.tensor(offsets, dtype=torch.int64), torch.zeros(B, dtype=torch.int64),
                 [s.cache for s in states], max_new, self._stop_ids(stop_on_eos, stop_ids), sample_f, sample_i,
                 out, lengths, step_logits)

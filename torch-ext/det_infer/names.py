@@ -1,11 +1,13 @@
-"""One map from checkpoint tensor names to the engine's canonical order, and the rule that every
-tensor in a checkpoint is used exactly once (or named here as ignored)."""
+"""The checkpoint tensors a model uses, by name, and the rule that every tensor in a checkpoint is
+used exactly once (or named here as ignored). The native side binds each weight by these names
+(det_model_from_cfg in model/det_model_cfg.h asks for them; torch-ext/model_args.cpp refuses a
+missing, extra or repeated one)."""
 import re
 
 import torch
 
-# Per-layer tensors in the order the engine reads them (det_model_from_cfg in
-# model/det_model_cfg.h, called by torch-ext/model_args.cpp's assemble()).
+# Per-layer tensors in the order det_model_from_cfg (model/det_model_cfg.h) asks for them (the
+# order matters only to the torch-free tools, tests/native/engine_digest.cpp, which read a list).
 LLAMA_LAYER_TENSORS = (
     "input_layernorm.weight",
     "self_attn.q_proj.weight",
@@ -68,8 +70,8 @@ IGNORED = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
 
 
 def llama_tensor_names(cfg):
-    """The engine's weight list in its canonical order: checkpoint names, and entries starting
-    with "=" that are made here (names.SOFTCAP, names.ONES_V_NORM)."""
+    """The names of the engine's weights, in det_model_from_cfg's order: checkpoint names, and
+    entries starting with "=" that are made here (names.SOFTCAP, names.ONES_V_NORM)."""
     names = ["model.embed_tokens.weight", "model.norm.weight"]
     if not cfg.tie_word_embeddings:
         names.append("lm_head.weight")
@@ -142,7 +144,8 @@ def _made_here(cfg, name):
 
 
 def select_llama_weights(cfg, tensors, scales=None):
-    """(weights, scales): the engine's weight list from a {name: tensor} checkpoint, and the
+    """(weights, scales): the engine's weights (parallel to llama_tensor_names) from a {name:
+    tensor} checkpoint, and the
     parallel list of nf4 absmax tensors (an empty tensor for a dense weight; [] when nothing is
     packed). scales: {name: fp32 absmax} of the nf4 projections, whose tensors hold their codes as
     (rows, cols/2) uint8 (bnb_io.py). Errors list missing, unexpected and misshapen tensors by name."""
