@@ -34,9 +34,9 @@ struct NativeModel : torch::CustomClassHolder {
 using Model = c10::intrusive_ptr<NativeModel>;
 
 // The op schema's type of a NativeModel argument.
-#define DET_STR2(x) #x
-#define DET_STR(x) DET_STR2(x)
-#define DET_MODEL_TYPE "__torch__.torch.classes." DET_STR(TORCH_EXTENSION_NAME) ".Model"
+#define DET_MODEL_STR_(x) #x
+#define DET_MODEL_STR(x) DET_MODEL_STR_(x)
+#define DET_MODEL_TYPE "__torch__.torch.classes." DET_MODEL_STR(TORCH_EXTENSION_NAME) ".Model"
 
 // The contract's nf4 codebook (contract/det_nf4.h), 16 float32 values in a new CPU tensor.
 torch::Tensor nf4_codebook();
