@@ -58,8 +58,8 @@ void mak_generate(Model model, const torch::Tensor& prompts,
   const det_llama_model& m = cpu_model(model);
   std::vector<det_kv_cache> views = cache_views(m, caches, torch::kCPU);
   const int64_t B = (int64_t)views.size();
-  generate_rows(prompts, prompt_offsets, start_positions, B, max_new, out_tokens, out_lengths, step_logits,
-                m.vocab, torch::kCPU);
+  check_generate_args(prompts, prompt_offsets, start_positions, B, max_new, out_tokens, out_lengths, step_logits,
+                      m.vocab, torch::kCPU);
   const std::vector<det_sample_params> sample = sample_params(sample_f, sample_i, B);
   check_rc(det_llama_generate(&m, B, prompts.data_ptr<int32_t>(), prompt_offsets.data_ptr<int64_t>(),
                               start_positions.data_ptr<int64_t>(), cache_pointers(views).data(), max_new,

@@ -149,8 +149,10 @@ void mega_generate(Model model, const torch::Tensor& prompts, const torch::Tenso
   const int64_t B = (int64_t)h.seqs.size();
   TORCH_CHECK_VALUE(B >= 1 && B <= DET_MK_ROWS_MAX, "det-infer: the megakernel generates for 1..", DET_MK_ROWS_MAX,
                     " sequences, got ", B);
-  h.rows = generate_rows(prompts, prompt_offsets, start_positions, B, max_new, out_tokens, out_lengths, step_logits,
-                         nm.model.vocab, dev);
+  check_generate_args(prompts, prompt_offsets, start_positions, B, max_new, out_tokens, out_lengths, step_logits,
+                      nm.model.vocab, dev);
+  det_program_prefill(B, prompts.data_ptr<int32_t>(), prompt_offsets.data_ptr<int64_t>(),
+                      start_positions.data_ptr<int64_t>(), h.rows);
   const int32_t* st = host_ints<int32_t>(stop_ids, torch::kInt32, "stop_ids");
   h.stops.assign(st, st + stop_ids.numel());
   h.sample = sample_params(sample_f, sample_i, B);

@@ -203,23 +203,20 @@ det_program_rows forward_rows(const torch::Tensor& tokens, const torch::Tensor& 
   return rows;
 }
 
-det_program_rows generate_rows(const torch::Tensor& prompts, const torch::Tensor& prompt_offsets,
-                               const torch::Tensor& start_positions, int64_t n_seq, int64_t max_new,
-                               const torch::Tensor& out_tokens, const torch::Tensor& out_lengths,
-                               const torch::Tensor& step_logits, int64_t vocab, const torch::Device& device) {
+void check_generate_args(const torch::Tensor& prompts, const torch::Tensor& prompt_offsets,
+                         const torch::Tensor& start_positions, int64_t n_seq, int64_t max_new,
+                         const torch::Tensor& out_tokens, const torch::Tensor& out_lengths,
+                         const torch::Tensor& step_logits, int64_t vocab, const torch::Device& device) {
   const int64_t B = n_seq;
   TORCH_CHECK_VALUE(B >= 1 && prompt_offsets.numel() == B + 1 && start_positions.numel() == B,
                     "det-infer: one cache, one start position and one prompt per sequence");
   TORCH_CHECK_VALUE(max_new >= 1, "det-infer: max_new must be at least 1");
-  const int32_t* pr = host_ints<int32_t>(prompts, torch::kInt32, "prompts");
+  host_ints<int32_t>(prompts, torch::kInt32, "prompts");
+  host_ints<int64_t>(start_positions, torch::kInt64, "start_positions");
   const int64_t* off = host_ints<int64_t>(prompt_offsets, torch::kInt64, "prompt_offsets");
-  const int64_t* start = host_ints<int64_t>(start_positions, torch::kInt64, "start_positions");
   TORCH_CHECK_VALUE(off[0] == 0 && off[B] == prompts.numel(), "det-infer: prompt_offsets do not cover prompts");
   for (int64_t b = 0; b < B; ++b) TORCH_CHECK_VALUE(off[b + 1] > off[b], "det-infer: prompt ", b, " is empty");
   check_output(out_tokens, torch::kInt32, B * max_new, device, "out_tokens");
   check_output(out_lengths, torch::kInt64, B, device, "out_lengths");
   if (step_logits.numel() > 0) check_output(step_logits, torch::kFloat32, B * max_new * vocab, device, "step_logits");
-  det_program_rows rows;
-  det_program_prefill(B, pr, off, start, rows);
-  return rows;
 }

@@ -56,13 +56,14 @@ det_program_rows forward_rows(const torch::Tensor& tokens, const torch::Tensor& 
                               const torch::Tensor& cache_index, const torch::Tensor& want, int64_t n_seq,
                               const torch::Tensor& logits, int64_t vocab, const torch::Device& device);
 
-// The prefill rows of a generate call for n_seq sequences (det_program_prefill), after checking
-// the prompts, offsets, start positions, max_new and the output tensors (out_tokens (B, max_new)
-// int32, out_lengths (B,) int64, step_logits empty or (B, max_new, vocab) float32) on `device`.
-det_program_rows generate_rows(const torch::Tensor& prompts, const torch::Tensor& prompt_offsets,
-                               const torch::Tensor& start_positions, int64_t n_seq, int64_t max_new,
-                               const torch::Tensor& out_tokens, const torch::Tensor& out_lengths,
-                               const torch::Tensor& step_logits, int64_t vocab, const torch::Device& device);
+// The arguments of a generate call for n_seq sequences: prompts, offsets, start positions,
+// max_new and the output tensors (out_tokens (B, max_new) int32, out_lengths (B,) int64,
+// step_logits empty or (B, max_new, vocab) float32) on `device`. The rows are then
+// det_program_prefill's.
+void check_generate_args(const torch::Tensor& prompts, const torch::Tensor& prompt_offsets,
+                         const torch::Tensor& start_positions, int64_t n_seq, int64_t max_new,
+                         const torch::Tensor& out_tokens, const torch::Tensor& out_lengths,
+                         const torch::Tensor& step_logits, int64_t vocab, const torch::Device& device);
 
 // A contiguous 1-d CPU tensor of the given type.
 template <typename T>
