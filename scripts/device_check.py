@@ -233,6 +233,19 @@ def find_tool(name):
     return None
 
 
+def report_commit():
+    """The commit the report names. DET_CHECK_COMMIT wins: the device's copy may have no .git of its
+    own and sit inside another repository, whose commit git would give."""
+    if os.environ.get("DET_CHECK_COMMIT"):
+        return os.environ["DET_CHECK_COMMIT"] + " (DET_CHECK_COMMIT)"
+    top = _run(["git", "-C", str(ROOT), "rev-parse", "--show-toplevel"])
+    if not top or Path(top).resolve() != ROOT.resolve():
+        return "unknown (no .git of this checkout here; set DET_CHECK_COMMIT; the build id names the sources)"
+    commit = _run(["git", "-C", str(ROOT), "rev-parse", "--short=10", "HEAD"])
+    dirty = commit and _run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])
+    return (commit + (" + uncommitted changes" if dirty else "")) if commit else "unknown (git failed)"
+
+
 def cmd_preflight(args):
     import importlib.metadata as md
 
@@ -296,10 +309,7 @@ def cmd_preflight(args):
         fails.append(f"{py_h} is missing: the kernel cannot be built against this Python")
     if not shutil.which("c++"):
         fails.append("no C++ compiler (c++) on PATH")
-    commit = _run(["git", "-C", str(ROOT), "rev-parse", "--short=10", "HEAD"])
-    dirty = commit and _run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])
-    fact("commit", (commit + (" + uncommitted changes" if dirty else "")) if commit else
-         os.environ.get("DET_CHECK_COMMIT") or "unknown (no .git here; the build id names the sources)")
+    fact("commit", report_commit())
 
     if dry_run():
         fact("gpu", "none: dry run, the megakernel's device code under host emulation (executor='emulated')")

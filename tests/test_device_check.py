@@ -194,3 +194,20 @@ def test_report_parsers():
     assert dc.accuracy_summary(acc) == 0.5000001
     assert dc.largest_accepted(lambda n: n <= 132, 1, 65535) == 132
     assert dc.largest_accepted(lambda n: False, 1, 8) is None
+
+
+def test_report_commit_prefers_the_environment(monkeypatch, tmp_path):
+    """DET_CHECK_COMMIT wins; without it, a copy with no .git of its own inside another repository
+    does not report that repository's commit (the 2026-12-04 H200 report named the wrong one)."""
+    monkeypatch.setenv("DET_CHECK_COMMIT", "a9e47fed4a")
+    assert dc.report_commit().startswith("a9e47fed4a")
+    monkeypatch.delenv("DET_CHECK_COMMIT")
+    assert re.match(r"[0-9a-f]{10}", dc.report_commit())  # this checkout: its own HEAD
+    outer = tmp_path / "outer"
+    copy = outer / "det-infer"
+    copy.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(outer)], check=True)
+    subprocess.run(["git", "-C", str(outer), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "outer"], check=True)
+    monkeypatch.setattr(dc, "ROOT", copy)
+    assert dc.report_commit().startswith("unknown")

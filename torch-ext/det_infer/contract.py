@@ -1,5 +1,6 @@
 """The contract functions as tensor ops: the same bits as the CPU engine computes, and, by
-construction, as the CUDA build (compiled and audited for it; not yet run on a GPU).
+construction, as the CUDA build (reproduced on an H200, sm_90; compiled and audited for sm_75 to
+sm_120, the other architectures not run: docs/RESULTS.md §9).
 
 Each function takes a contiguous tensor (fp32, or fp64 angles for `sincos`) and returns a new fp32
 tensor; the elementwise functions and `sincos` also take CUDA tensors in a CUDA build, while `gemv`,

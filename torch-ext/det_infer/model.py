@@ -11,8 +11,9 @@ Every method runs the same per-token computation (docs/SPEC.md §13), so a seque
 the same bits alone or in a batch, prefilled at once or token by token, in one call or per step,
 and on every executor:
     "engine"      the CPU engine (device="cpu", the default there)
-    "megakernel"  the CUDA megakernel (device="cuda", the only one there; built and audited to give
-                  these bits; not yet run on a GPU, see docs/RESULTS.md §9)
+    "megakernel"  the CUDA megakernel (device="cuda", the only one there): these bits on an H200
+                  (sm_90, the one GPU run so far); compiled and audited for sm_75 to sm_120, the
+                  other architectures not run (docs/RESULTS.md §9)
     "emulated"    the megakernel's device code on the CPU under SIMT emulation (device="cpu"; slow,
                   for verification without a GPU); geometry= sets its launch shape
 """
