@@ -23,6 +23,10 @@ enum det_step_kind {
   DET_STEP_KINDS
 };
 
+// The kinds' names (tools and messages), in the order of det_step_kind.
+static const char* const det_step_kind_names[DET_STEP_KINDS] = {
+    "embed", "ple_project", "ple_finish", "qkv", "rope", "attend", "mlp", "ple_gate", "residual", "head"};
+
 // What a DET_STEP_RESIDUAL step multiplies by its projection.
 enum det_step_input { DET_IN_NONE, DET_IN_ATT, DET_IN_ACT };
 

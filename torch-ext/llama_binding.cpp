@@ -152,7 +152,26 @@ std::tuple<torch::Tensor, torch::Tensor> logprob_kept(const torch::Tensor& logit
   return {out_ids, out_lp};
 }
 
+// The model's layer plan (model/det_layer_plan.h): each step's kind name, and flat (layer, weight
+// rows, k, output norm) per step: what a performance model needs of it (benchmarks/gpu_model.py), read from the
+// plan the executors run. Weight rows: the rows of length k the step streams per tile (MLP: the
+// gate's and the up projection's n each); output norm: a RESIDUAL step's second phase.
+std::tuple<std::vector<std::string>, std::vector<int64_t>> layer_plan(const Model& model) {
+  const det_llama_model& m = model->model;
+  std::vector<std::string> kinds;
+  std::vector<int64_t> fields;
+  for (int64_t i = 0; i < m.n_steps; ++i) {
+    const det_step& s = m.steps[i];
+    const int64_t rows = s.kind == DET_STEP_MLP ? 2 * s.n : s.n;
+    kinds.push_back(det_step_kind_names[s.kind]);
+    fields.insert(fields.end(), {(int64_t)s.layer, rows, s.k, s.norm != nullptr});
+  }
+  return {kinds, fields};
+}
+
 void register_llama_ops(torch::Library& ops) {
+  ops.def("layer_plan(" DET_MODEL_TYPE " model) -> (str[], int[])");
+  ops.impl("layer_plan", c10::DispatchKey::CompositeExplicitAutograd, &layer_plan);
   // Forward pass of rows (token, position, cache) through a llama-family model; logits of the wanted rows.
   ops.def("mak_forward(" DET_MODEL_TYPE " model, Tensor tokens, Tensor positions, "
           "Tensor(a!)[] caches, Tensor cache_index, Tensor want, Tensor! logits) -> ()");

@@ -245,6 +245,15 @@ class MegaModel:
     def batch_max() -> int:
         return BATCH_MAX
 
+    def layer_plan(self) -> list:
+        """The steps both executors run per tile of rows (docs/SPEC.md §13.1, §14.2), in order: dicts
+        of kind ("embed", "qkv", "rope", "attend", "mlp", "residual", "head", Gemma-4's "ple_*"),
+        layer (-1 for the model's own steps), weight_rows and k (the step streams weight_rows rows of
+        k weights; 0 for a step without a matrix) and out_norm (a residual step's second phase)."""
+        kinds, fields = ops.layer_plan(self._native)
+        return [dict(kind=kind, layer=layer, weight_rows=rows, k=k, out_norm=bool(norm))
+                for kind, (layer, rows, k, norm) in zip(kinds, zip(*[iter(fields)] * 4))]
+
     # ---- validation ---------------------------------------------------------------------------
     def _ids(self, ids, what="prompt"):
         if isinstance(ids, (str, bytes)):

@@ -1,0 +1,373 @@
+#!/usr/bin/env python3
+"""The megakernel's GPU time, predicted from the layer plan and fitted to what a GPU measured.
+
+Until a GPU measures a design change, this is how its effect is stated (docs/RESULTS.md §9). A
+launch runs tiles (passes of up to tile_rows rows through the plan); a tile's time is a sum over
+the plan's steps of five terms, each a count taken from the plan and the geometry times one
+constant fitted to the measured runs (benchmarks/gpu_runs/<date>-<card>.json):
+
+  phase     per phase (every step but EMBED, plus a residual's output norm and generate's pick):
+            the fixed latency of a phase's critical path (measured ~15 us on an H200, whatever
+            the phase's size; the grid barrier itself is 1.8 us of it)
+  bytes     per weight byte streamed, scaled by SMs / SMs in use (the stream is limited per SM)
+  row       per weight byte and input row beyond the first (each fma reads its x from shared
+            memory: the batch and prompt cost)
+  item      per output row a warp reduces, times the input rows (the 5-shuffle tree and the emit)
+  attend    per context slot walked by the busiest warp (one warp per (row, query head) walks its
+            whole context; units beyond the grid's warps wait for a second wave), x head_dim / 64
+and per launch a constant (host call, launch, copies). The fit is non-negative least squares on
+relative error over every measured configuration; `fit` prints measured beside predicted.
+
+    python3 benchmarks/gpu_model.py fit [--runs benchmarks/gpu_runs/2026-12-04-h200.json]
+    python3 benchmarks/gpu_model.py predict --card h200 --shape SmolLM2-135M --batch 1 --position 50
+    python3 benchmarks/gpu_model.py predict --card h200 --shape Llama-3.2-1B --prompt 1024
+    python3 benchmarks/gpu_model.py whatif --card h200      (the GPU issues' changes, predicted)
+
+Needs the CPU build of the kernel (LOCAL_KERNELS=phanerozoic/det-infer=$PWD/build, or
+scripts/setup.sh's .venv, which finds it): the plan is read from a zero-weight model of each shape.
+"""
+import argparse
+import dataclasses
+import functools
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+RUNS = ROOT / "benchmarks" / "gpu_runs"
+TERMS = ("phase", "bytes", "row", "item", "attend", "launch")
+CHUNK = 128  # attention's chunk of positions (docs/SPEC.md §13.4)
+INFLIGHT = 8  # what-if: keys a streaming attention unit keeps in flight (an assumption, not a fit)
+
+
+@dataclasses.dataclass(frozen=True)
+class Card:
+    name: str
+    sms: int
+    geometry: dict  # the launch planner's default on this card (device_check's geometry stage)
+    runs: str       # the measurements its constants are fitted to
+
+
+CARDS = {
+    "h200": Card("NVIDIA H200", 132, dict(grid=132, warps=8, ring=4, tile_rows=16), "2026-12-04-h200.json"),
+}
+
+
+def card(name):
+    if name.lower() not in CARDS:
+        sys.exit(f"gpu_model: no measurements of card {name!r} to fit; measured: {', '.join(CARDS)}")
+    return CARDS[name.lower()]
+
+
+# ---- the plan -------------------------------------------------------------------------------------
+def shape_config(shape, overrides=None, layers=None):
+    from bench_gpu import SHAPES, config
+
+    if shape not in SHAPES:
+        sys.exit(f"gpu_model: unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+    cfg = config(shape)
+    cfg.update(overrides or {})
+    if layers:
+        cfg["num_hidden_layers"] = layers
+    return cfg
+
+
+@functools.lru_cache(maxsize=None)
+def _plan_of(cfg_json):
+    """The layer plan of a zero-weight model of this config (the plan depends on shapes only)."""
+    import torch
+    from bench_gpu import _shape
+
+    di = kernel()
+    cfg = di.ModelConfig.from_dict(json.loads(cfg_json))
+    weights = {n: torch.zeros(_shape(cfg, n), dtype=torch.bfloat16) for n in di.names.llama_tensor_names(cfg)}
+    return tuple(tuple(sorted(s.items())) for s in di.MegaModel(cfg, weights, device="cpu", max_context=8).layer_plan())
+
+
+def layer_plan(cfg):
+    """The plan of cfg, built from a one-layer model (llama-shaped layers are all alike: the test
+    checks a two-layer plan against this) and its layer steps repeated."""
+    one = dict(cfg, num_hidden_layers=1)
+    steps = [dict(s) for s in _plan_of(json.dumps(one, sort_keys=True))]
+    layer = [s for s in steps if s["layer"] == 0]
+    head = [s for s in steps if s["layer"] < 0 and s["kind"] != "embed"]
+    body = [dict(s, layer=l) for l in range(cfg["num_hidden_layers"]) for s in layer]
+    return [s for s in steps if s["kind"] == "embed"] + body + head
+
+
+@functools.lru_cache(maxsize=None)
+def kernel():
+    os.environ.setdefault("LOCAL_KERNELS", f"phanerozoic/det-infer={ROOT / 'build'}")
+    from kernels import get_kernel
+
+    return get_kernel("phanerozoic/det-infer", version=1)
+
+
+# ---- the terms of one tile ------------------------------------------------------------------------
+def tile_terms(plan, cfg, geo, sms, positions, wanted, pick):
+    """The five counts of one tile of rows at `positions` (one per row) with `wanted` rows through
+    the head, and generate mode's pick when `pick`."""
+    t = dict.fromkeys(TERMS, 0.0)
+    rows = len(positions)
+    nwarps = geo["grid"] * geo["warps"]
+    per_sm = sms / min(geo["grid"], sms)
+    hd = cfg["head_dim"]
+    for s in plan:
+        kind = s["kind"]
+        if kind == "embed" or (kind == "head" and wanted == 0):
+            continue
+        t["phase"] += 1 + s["out_norm"]
+        if s["weight_rows"]:
+            n_in = wanted if kind == "head" else rows
+            nbytes = 2 * s["weight_rows"] * s["k"]
+            t["bytes"] += nbytes * per_sm
+            t["row"] += nbytes * (n_in - 1) * per_sm
+            t["item"] += math.ceil(s["weight_rows"] / nwarps) * n_in
+        elif kind == "attend":
+            waves = math.ceil(rows * cfg["num_attention_heads"] / nwarps)
+            t["attend"] += waves * (max(positions) + 1) * hd / 64
+    if pick:
+        t["phase"] += 1
+    return t
+
+
+def _add(a, b, k=1.0):
+    return {key: a[key] + k * b[key] for key in TERMS}
+
+
+def tiles_of(prompts, tile_rows):
+    """The prefill tiles of prompts (lengths): rows in program order, tile_rows at a time; each
+    tile's (positions, wanted rows: the prompts' last rows in it)."""
+    rows = [(p, p == n - 1) for n in prompts for p in range(n)]
+    return [([p for p, _ in rows[i:i + tile_rows]], sum(w for _, w in rows[i:i + tile_rows]))
+            for i in range(0, len(rows), tile_rows)]
+
+
+def launch_terms(plan, cfg, geo, sms, batch, prompt, steps, first_pos=None):
+    """Counts of one launch: the prompts' tiles (prompt > 0), then `steps` decode steps of `batch`
+    rows from position first_pos (default: prompt)."""
+    t = dict.fromkeys(TERMS, 0.0)
+    t["launch"] = 1.0
+    if prompt:
+        for positions, wanted in tiles_of([prompt] * batch, geo["tile_rows"]):
+            t = _add(t, tile_terms(plan, cfg, geo, sms, positions, wanted, pick=steps >= 0))
+    pos0 = prompt if first_pos is None else first_pos
+    for i in range(max(steps, 0)):
+        for r0 in range(0, batch, geo["tile_rows"]):
+            n = min(geo["tile_rows"], batch - r0)
+            t = _add(t, tile_terms(plan, cfg, geo, sms, [pos0 + i] * n, n, pick=True))
+    return t
+
+
+def run_terms(run, c):
+    """The counts of a measured run (benchmarks/gpu_runs/*.json) and the seconds it measured."""
+    from bench_gpu import PROMPT_LEN
+
+    cfg = shape_config(run["shape"], run.get("config"), run.get("layers"))
+    plan = layer_plan(cfg)
+    geo = dict(c.geometry, **run.get("geometry", {}))
+    prompt, b = run.get("prompt", PROMPT_LEN), run["batch"]
+    kind = run["kind"]
+    if kind == "step":  # (64 steps - 1 step) / 63: 63 steps at positions prompt..prompt+62
+        t = launch_terms(plan, cfg, geo, c.sms, b, 0, 63, first_pos=prompt)
+        t["launch"] = 0.0
+        return {k: v / 63 for k, v in t.items()}, run["ms"] / 1e3
+    if kind == "prefill+1":
+        return launch_terms(plan, cfg, geo, c.sms, b, prompt, 0), run["ms"] / 1e3
+    if kind == "generate":  # 128 tokens: the prompt's pick, then 127 steps
+        return launch_terms(plan, cfg, geo, c.sms, b, prompt, 127), b * 128 / run["tok_s"]
+    if kind == "decode_step":  # one step, logits out, no pick
+        t = tile_terms(plan, cfg, geo, c.sms, [prompt] * b, b, pick=False)
+        t["launch"] = 1.0
+        return t, run["ms"] / 1e3
+    raise ValueError(f"gpu_model: unknown run kind {kind!r}")
+
+
+# ---- the fit --------------------------------------------------------------------------------------
+def load_runs(path):
+    data = json.loads(Path(path).read_text())
+    return data, data["runs"]
+
+
+def fit(c, runs):
+    """Non-negative least squares on relative error: {term: seconds per count}."""
+    import numpy as np
+    from scipy.optimize import nnls
+
+    rows, target = [], []
+    for run in runs:
+        terms, seconds = run_terms(run, c)
+        rows.append([terms[k] / seconds for k in TERMS])
+        target.append(1.0)
+    a = np.array(rows)
+    scale = a.max(axis=0)
+    scale[scale == 0] = 1.0
+    coef, _ = nnls(a / scale, np.array(target))
+    return {k: float(v) for k, v in zip(TERMS, coef / scale)}
+
+
+def seconds(terms, constants):
+    return sum(terms[k] * constants[k] for k in TERMS)
+
+
+def describe(run):
+    what = [run["shape"], f"b{run['batch']}"]
+    if "layers" in run:
+        what.append(f"{run['layers']} layers")
+    for key in ("config", "geometry"):
+        if key in run:
+            what.append(", ".join(f"{k}={v}" for k, v in run[key].items()))
+    if "prompt" in run:
+        what.append(f"prompt {run['prompt']}")
+    return " ".join(what)
+
+
+def cmd_fit(args):
+    c = card(args.card)
+    data, runs = load_runs(args.runs or RUNS / c.runs)
+    constants = fit(c, runs)
+    print(f"gpu_model: {c.name}, fitted to {len(runs)} runs of {data['date']} (main at {data['commit']})")
+    print("constants: " + ", ".join(f"{k} {v * 1e6:.4g} us" if k in ("phase", "launch") else f"{k} {v:.4g} s"
+                                    for k, v in constants.items()))
+    print("| run | kind | measured | predicted | predicted / measured |")
+    print("|---|---|---|---|---|")
+    worst = 0.0
+    for run in runs:
+        terms, measured = run_terms(run, c)
+        pred = seconds(terms, constants)
+        if run["kind"] == "generate":
+            m, p, unit = run["tok_s"], run["batch"] * 128 / pred, "tok/s"
+        else:
+            m, p, unit = measured * 1e3, pred * 1e3, "ms"
+        ratio = pred / measured
+        worst = max(worst, abs(ratio - 1))
+        print(f"| {describe(run)} | {run['kind']} | {m:,.3f} {unit} | {p:,.3f} {unit} | {ratio:.2f} |")
+    print(f"largest error: {100 * worst:.1f}%")
+    return 0 if worst <= args.tolerance else 1
+
+
+# ---- predictions ----------------------------------------------------------------------------------
+def predict(c, constants, shape, batch=1, position=50, prompt=0, geometry=None, overrides=None):
+    """(seconds, tokens/s): one decode step of `batch` rows at `position`, or with `prompt`, the
+    prefill of `batch` prompts of that length (tokens/s = prompt tokens per second)."""
+    cfg = shape_config(shape, overrides)
+    plan = layer_plan(cfg)
+    geo = dict(c.geometry, **(geometry or {}))
+    if prompt:
+        t = launch_terms(plan, cfg, geo, c.sms, batch, prompt, 0)
+        s = seconds(t, constants)
+        return s, batch * prompt / s
+    t = dict.fromkeys(TERMS, 0.0)
+    for r0 in range(0, batch, geo["tile_rows"]):
+        t = _add(t, tile_terms(plan, cfg, geo, c.sms, [position] * min(geo["tile_rows"], batch - r0),
+                               min(geo["tile_rows"], batch - r0), pick=True))
+    s = seconds(t, constants)
+    return s, batch / s
+
+
+def cmd_predict(args):
+    c = card(args.card)
+    _, runs = load_runs(RUNS / c.runs)
+    constants = fit(c, runs)
+    s, tok_s = predict(c, constants, args.shape, args.batch, args.position, args.prompt)
+    what = f"prefill of {args.batch} x {args.prompt} tokens" if args.prompt else \
+        f"decode step, batch {args.batch}, position {args.position}"
+    print(f"{c.name} {args.shape} {what}: {s * 1e3:.3f} ms, predicted {tok_s:,.0f} tok/s")
+
+
+WHATIF = (
+    # (name, what changes, how: constants scaled / counts changed) — each a GPU issue's change
+    ("today", "the design measured 2026-12-04", {}),
+    ("attention over the grid (issue 48)", "(row, KV head, chunk) units over every warp: the busiest warp walks "
+     "one chunk (its visible slots, 8 keys in flight), then a fold per (row, query head) over the chunks",
+     {"attend": "chunked"}),
+    ("phases of 3 us (issue 50)", "each phase's fixed latency from ~15 us to 3 us (the 1.0 us counter wait and "
+     "2 us of its own path)", {"phase_us": 3.0}),
+    ("rows per weight read (issue 49)", "a register-tiled multi-row GEMV: the per-row cost / 8", {"row": 1 / 8, "item": 1 / 8}),
+    ("all three", "", {"attend": "chunked", "phase_us": 3.0, "row": 1 / 8, "item": 1 / 8}),
+)
+
+
+def whatif_seconds(c, constants, shape, batch, position, prompt, change):
+    k = dict(constants)
+    if "phase_us" in change:
+        k["phase"] = change["phase_us"] * 1e-6
+    for term in ("row", "item"):
+        if term in change:
+            k[term] *= change[term]
+    if change.get("attend") != "chunked":
+        return predict(c, k, shape, batch, position, prompt)
+    # Chunked attention: every unit is one chunk of one KV head of one row, dealt over the grid's
+    # warps; a unit keeps INFLIGHT keys in flight (today: one), so its visible slots cost 1/INFLIGHT
+    # of today's per-slot time each; then one unit per (row, query head) folds the chunks' partials,
+    # one dependent round (a slot's time) per chunk.
+    cfg = shape_config(shape)
+    nwarps = c.geometry["grid"] * c.geometry["warps"]
+    base_attend = k["attend"]
+    k["attend"] = 0.0
+    s, _ = predict(c, k, shape, batch, position, prompt)
+    layers, heads, kv = cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    if prompt:
+        tiles = tiles_of([prompt] * batch, c.geometry["tile_rows"])
+    else:
+        tiles = [([position] * batch, batch)]
+    for positions, _ in tiles:
+        units = [min(CHUNK, p + 1 - j * CHUNK) for p in positions for j in range(p // CHUNK + 1) for _ in range(kv)]
+        waves = math.ceil(len(units) / nwarps)
+        chunk_time = waves * max(units) / INFLIGHT
+        fold = math.ceil(len(positions) * heads / nwarps) * (max(positions) // CHUNK + 1)
+        s += layers * base_attend * (chunk_time + fold) * cfg["head_dim"] / 64
+    return s, (batch * prompt if prompt else batch) / s
+
+
+def cmd_whatif(args):
+    c = card(args.card)
+    _, runs = load_runs(RUNS / c.runs)
+    constants = fit(c, runs)
+    cases = [("SmolLM2-135M", 1, p, 0) for p in (50, 1000, 4000, 16000)] + \
+            [("Llama-3.2-1B", 1, p, 0) for p in (50, 1000, 4000)] + \
+            [("SmolLM2-135M", 16, 50, 0), ("Llama-3.2-1B", 16, 50, 0), ("SmolLM2-135M", 1, 0, 1000)]
+    print(f"Predicted, not measured ({c.name}; constants fitted to {c.runs}). tok/s of a decode step "
+          "(batch x steps/s), or of a prefill (prompt tokens/s):")
+    print("| case | " + " | ".join(name for name, _, _ in WHATIF) + " |")
+    print("|---|" + "---|" * len(WHATIF))
+    for shape, batch, position, prompt in cases:
+        label = f"{shape} b{batch} " + (f"prefill {prompt}" if prompt else f"position {position:,}")
+        cells = [f"{whatif_seconds(c, constants, shape, batch, position, prompt, ch)[1]:,.0f}" for _, _, ch in WHATIF]
+        print(f"| {label} | " + " | ".join(cells) + " |")
+    for name, what, _ in WHATIF[1:-1]:
+        print(f"- {name}: {what}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd")
+    f = sub.add_parser("fit", help="fit the constants, print measured beside predicted")
+    f.add_argument("--card", default="h200")
+    f.add_argument("--runs", help="a benchmarks/gpu_runs/*.json (default: the card's)")
+    f.add_argument("--tolerance", type=float, default=0.25, help="exit 1 when a run is predicted further off")
+    p = sub.add_parser("predict", help="one prediction")
+    p.add_argument("--card", default="h200")
+    p.add_argument("--shape", default="SmolLM2-135M")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--position", type=int, default=50, help="decode at this position")
+    p.add_argument("--prompt", type=int, default=0, help="instead, the prefill of a prompt of this length")
+    w = sub.add_parser("whatif", help="the GPU issues' changes, predicted")
+    w.add_argument("--card", default="h200")
+    args = ap.parse_args(argv)
+    if args.cmd == "predict":
+        if args.batch < 1 or args.batch > 16 or args.position < 0 or args.prompt < 0:
+            sys.exit("gpu_model: --batch must be 1..16, --position and --prompt non-negative")
+        return cmd_predict(args)
+    if args.cmd == "whatif":
+        return cmd_whatif(args)
+    if args.cmd is None:
+        args = ap.parse_args(["fit"] + (argv or sys.argv[1:]))
+    return cmd_fit(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""benchmarks/gpu_model.py, the GPU cost model: fitted to the measured H200 runs, it must reproduce
+every one within 25% (issue 47's bar), read the plan the executors run, and answer one prediction
+from the shell. A few seconds on 2 cores."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import gpu_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def fitted(di):
+    c = gpu_model.card("h200")
+    _, runs = gpu_model.load_runs(gpu_model.RUNS / c.runs)
+    return c, runs, gpu_model.fit(c, runs)
+
+
+def test_every_measured_run_within_25_percent(fitted, capsys):
+    c, runs, constants = fitted
+    assert len(runs) >= 50
+    for run in runs:
+        terms, measured = gpu_model.run_terms(run, c)
+        assert abs(gpu_model.seconds(terms, constants) / measured - 1) <= 0.25, gpu_model.describe(run)
+    assert gpu_model.main(["fit"]) == 0
+    out = capsys.readouterr().out
+    assert "largest error" in out and out.count("\n| ") >= len(runs) + 1
+
+
+def test_fit_can_fail(fitted, tmp_path):
+    """A run the model's terms cannot explain (a step 3x slower than its twin) breaks the bar."""
+    c, runs, _ = fitted
+    data = json.loads((gpu_model.RUNS / c.runs).read_text())
+    data["runs"].append(dict(data["runs"][5], ms=3 * data["runs"][5]["ms"]))
+    bad = tmp_path / "runs.json"
+    bad.write_text(json.dumps(data))
+    assert gpu_model.main(["fit", "--runs", str(bad)]) == 1
+
+
+def test_plan_is_the_executors(di):
+    """The plan comes from MegaModel.layer_plan; a two-layer model's plan is the one-layer plan's
+    layer steps repeated, which gpu_model.layer_plan relies on."""
+    cfg = gpu_model.shape_config("SmolLM2-135M", layers=2)
+    real = [dict(s) for s in gpu_model._plan_of(json.dumps(cfg, sort_keys=True))]
+    assert gpu_model.layer_plan(cfg) == real
+    kinds = [s["kind"] for s in real]
+    assert kinds == ["embed"] + ["qkv", "rope", "attend", "residual", "mlp", "residual"] * 2 + ["head"]
+    qkv = real[1]
+    assert (qkv["weight_rows"], qkv["k"]) == (576 + 2 * 192, 576)
+    assert real[-1]["weight_rows"] == cfg["vocab_size"]
+
+
+def test_predictions_move_the_right_way(fitted):
+    c, _, constants = fitted
+    near, _ = gpu_model.predict(c, constants, "SmolLM2-135M", position=50)
+    far, _ = gpu_model.predict(c, constants, "SmolLM2-135M", position=4000)
+    wide, _ = gpu_model.predict(c, constants, "SmolLM2-135M", batch=16, position=50)
+    assert near < wide < 16 * near and far > 5 * near  # today's attention walks the whole context
+
+
+def test_predict_from_the_shell(di):
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_model.py"), "predict", "--card", "h200",
+                        "--shape", "SmolLM2-135M", "--batch", "1", "--position", "50"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith("tok/s") and "predicted" in lines[0]
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_model.py"), "predict", "--card", "l4"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "no measurements of card 'l4'" in r.stderr
