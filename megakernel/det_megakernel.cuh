@@ -105,8 +105,10 @@ DET_DEV void det_mk_run(const det_mk_params& P) {
 
   const det_mk_program& p = P.prog;
   const bool gen = p.max_new > 0;
-  if (det_thread() == 0)
+  if (det_thread() == 0) {
     for (int s = 0; s < DET_MK_ROWS_MAX; ++s) tile->live[s] = s < p.n_seq;
+    tile->syncs = 0;
+  }
   int64_t want_seen = 0;
   for (int64_t r0 = 0; r0 < p.n_rows; r0 += P.geo.tile_rows) {
     if (det_thread() == 0) det_mk_build_prefill_tile(P, *tile, r0, want_seen);
@@ -117,7 +119,7 @@ DET_DEV void det_mk_run(const det_mk_params& P) {
     det_sync_block();  // every thread is done with the tile before thread 0 rebuilds it
   }
   if (!gen) return;
-  det_sync_grid(P.ws.barrier);
+  det_mk_grid_sync(c, -1);
   for (int64_t step = 0;; ++step) {
     if (det_thread() == 0) det_mk_plan_decode_step(P, *tile, step);
     det_sync_block();
@@ -129,6 +131,6 @@ DET_DEV void det_mk_run(const det_mk_params& P) {
       det_mk_phase_argmax(c);
       det_sync_block();
     }
-    det_sync_grid(P.ws.barrier);  // every block's argmax results are visible to every block
+    det_mk_grid_sync(c, -1);  // every block's argmax results are visible to every block
   }
 }

@@ -61,6 +61,13 @@ struct det_mk_program {
   int32_t* out_tokens;
   int64_t* out_lengths;
   float* step_logits;
+  // Profiling (null: off): thread 0 of every block stamps det_globaltimer() when its block has
+  // reached grid synchronization j (arrival) and when it leaves it, for the first timeline_cap
+  // synchronizations: timeline[(j * grid + block) * 2 + {0, 1}]; block 0 writes timeline_tag[j]:
+  // 2 * plan step + (1: a residual step's output norm), or -1 for the end of a decode step.
+  uint64_t* timeline;
+  int32_t* timeline_tag;
+  int64_t timeline_cap;
 };
 
 // Device scratch, carved from one buffer (det_mk_workspace_layout). Sizes are for tile_rows rows.
@@ -104,6 +111,7 @@ struct det_mk_tile {
   int n_step;
   int32_t step_seq[DET_MK_ROWS_MAX];
   int32_t step_token[DET_MK_ROWS_MAX];
+  int64_t syncs;  // grid synchronizations passed (thread 0's count, for the profiling timeline)
 };
 
 // Shared memory per block: the tile, then each warp's weight ring (ring x 32 lanes x 16 bytes),
@@ -184,3 +192,8 @@ int det_mk_plan_geometry(const det_llama_model* m, det_mk_geometry* g, const det
 
 // Host emulation: runs the megakernel's device code on this thread, one fiber per CUDA thread.
 int det_mk_run_emulated(const det_mk_params* p);
+// The same, counting each warp's work per phase into work ((phases, grid * warps, 4) int64, zeroed:
+// global bytes, shared bytes, loads, fmas, per the SIMT layer's det_ld / det_work_fma) for the
+// first `phases` phases (a phase ends at a grid synchronization: the profiling timeline's j);
+// *seen: the phases the launch had.
+int det_mk_run_emulated_counted(const det_mk_params* p, int64_t* work, int64_t phases, int64_t* seen);

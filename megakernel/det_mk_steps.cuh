@@ -18,7 +18,7 @@ static_assert(DET_ATTN_CHUNK == 128, "det_mk_attn_scratch_floats assumes 128-pos
 
 // Element k of token id's embedding row, widened and scaled (docs/SPEC.md §13.3 step 1).
 DET_DEV float det_mk_embedding(const det_llama_model& m, int32_t id, int64_t k) {
-  return det_embed_f32(m.embed[(int64_t)id * m.hidden + k], m.embed_scale);
+  return det_embed_f32(det_ld(m.embed + (int64_t)id * m.hidden + k), m.embed_scale);
 }
 
 // Every block: area rows j < nb = source rows. The source of row j is tile row src_row[j] (or j
@@ -29,7 +29,7 @@ DET_DEV void det_mk_load_rows(const det_mk_ctx& c, int nb, const int32_t* src_ro
   const det_mk_tile& t = *c.tile;
   for (int64_t e = det_thread(); e < nb * H; e += det_threads()) {
     const int64_t j = e / H, k = e % H, r = src_row ? src_row[j] : j;
-    c.area[e] = from_embed ? det_mk_embedding(m, t.token[r], k) : c.P->ws.x[r * H + k];
+    c.area[e] = from_embed ? det_mk_embedding(m, t.token[r], k) : det_ld(c.P->ws.x + r * H + k);
   }
   det_sync_block();
 }
@@ -37,7 +37,7 @@ DET_DEV void det_mk_load_rows(const det_mk_ctx& c, int nb, const int32_t* src_ro
 // One warp: v[0..K) = rmsnorm(v) * w in place (docs/SPEC.md §13.2; K % 8 == 0).
 DET_DEV void det_mk_warp_rmsnorm(float* v, int64_t K, const float* w, float eps) {
   const float r = det_rmsnorm_factor_f32(det_mk_warp_dot_f32(v, v, K), K, eps);
-  for (int64_t k = det_lane(); k < K; k += DET_WARP) v[k] = det_rmsnorm_scale_f32(v[k], r, w[k]);
+  for (int64_t k = det_lane(); k < K; k += DET_WARP) v[k] = det_rmsnorm_scale_f32(det_ld(v + k), r, det_ld(w + k));
   det_sync_warp();
 }
 
@@ -114,7 +114,7 @@ DET_DEV_NOINLINE void det_mk_phase_rope(const det_mk_ctx& c, int64_t l) {
       const int64_t h = j - m.n_heads - m.n_kv_heads;
       float* vec = ws.v + b * KVD + h * D;
       if (L.v_norm) det_mk_warp_rmsnorm(vec, D, L.v_norm, m.rms_eps);
-      for (int64_t d = lane; d < D; d += DET_WARP) sq.v[at + h * D + d] = vec[d];
+      for (int64_t d = lane; d < D; d += DET_WARP) sq.v[at + h * D + d] = det_ld(vec + d);
       continue;
     }
     const bool is_q = j < m.n_heads;
@@ -124,10 +124,10 @@ DET_DEV_NOINLINE void det_mk_phase_rope(const det_mk_ctx& c, int64_t l) {
     if (norm) det_mk_warp_rmsnorm(vec, D, norm, m.rms_eps);
     const float* sc = ws.sincos + 2 * (b * m.rope_pairs + rope.offset);
     for (int64_t i = lane; i < rope.pairs; i += DET_WARP)
-      det_rope_rotate_f32(&vec[i], &vec[i + rope.half], det_sincos_f32{sc[2 * i], sc[2 * i + 1]});
+      det_rope_rotate_f32(&vec[i], &vec[i + rope.half], det_sincos_f32{det_ld(sc + 2 * i), det_ld(sc + 2 * i + 1)});
     det_sync_warp();
     if (!is_q)
-      for (int64_t d = lane; d < D; d += DET_WARP) sq.k[at + h * D + d] = vec[d];
+      for (int64_t d = lane; d < D; d += DET_WARP) sq.k[at + h * D + d] = det_ld(vec + d);
   }
 }
 
@@ -159,7 +159,7 @@ DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
     float qv[NH][8];
     for (int h = 0; h < NH; ++h) {
       lane_q[h] = 8 * lane + 8 * DET_WARP * h < D;
-      for (int i = 0; i < 8; ++i) qv[h][i] = lane_q[h] ? ws.q[b * QD + hq * D + 8 * DET_WARP * h + 8 * lane + i] : 0.0f;
+      for (int i = 0; i < 8; ++i) qv[h][i] = lane_q[h] ? det_ld(ws.q + b * QD + hq * D + 8 * DET_WARP * h + 8 * lane + i) : 0.0f;
     }
     det_attn_acc run = {0.0f, 0.0f};
     for (int64_t ch = lo / DET_ATTN_CHUNK; ch <= p / DET_ATTN_CHUNK; ++ch) {
@@ -173,24 +173,29 @@ DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
           const float* kj = kc + (base + jg + s) * m.kv_row + 8 * lane;
           dot[s] = 0.0f;
           for (int h = 0; h < NH; ++h)
-            if (lane_q[h] && jg + s <= j1)
-              for (int i = 0; i < 8; ++i) dot[s] = det_fma_f32(qv[h][i], kj[8 * DET_WARP * h + i], dot[s]);
+            if (lane_q[h] && jg + s <= j1) {
+              for (int i = 0; i < 8; ++i) dot[s] = det_fma_f32(qv[h][i], det_ld(kj + 8 * DET_WARP * h + i), dot[s]);
+              det_work_fma(8);
+            }
         }
         det_mk_warp_tree<8>(dot);
         if (lane == 0)
           for (int s = 0; s < 8 && jg + s <= j1; ++s) score[jg + s] = det_mul_f32(dot[s], scale);
       }
       det_sync_warp();
-      float mx = score[j0];
-      for (int64_t j = j0 + 1; j <= j1; ++j) mx = score[j] > mx ? score[j] : mx;
-      for (int64_t j = j0 + lane; j <= j1; j += DET_WARP) ex[j] = det_exp_f32(det_sub_f32(score[j], mx));
+      float mx = det_ld(score + j0);
+      for (int64_t j = j0 + 1; j <= j1; ++j) {
+        const float sj = det_ld(score + j);
+        mx = sj > mx ? sj : mx;
+      }
+      for (int64_t j = j0 + lane; j <= j1; j += DET_WARP) ex[j] = det_exp_f32(det_sub_f32(det_ld(score + j), mx));
       det_sync_warp();
       // The chunk's length-128 reductions (§9): lane l (l < 16) takes the visible slots of
       // 8l .. 8l + 7 in one chain; lanes 16..31 take none and hold +0.
       float e_sum[1] = {0.0f};  // the lane's accumulator of l = sum_j e_j
       for (int i = 0; i < 8; ++i) {
         const int64_t j = 8 * lane + i;
-        if (j >= j0 && j <= j1) e_sum[0] = det_add_f32(e_sum[0], ex[j]);
+        if (j >= j0 && j <= j1) e_sum[0] = det_add_f32(e_sum[0], det_ld(ex + j));
       }
       det_mk_warp_tree<1>(e_sum);
       det_shfl_idx_n(e_sum, 1, 0);
@@ -204,16 +209,18 @@ DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
           const int64_t j = 8 * lane + i;
           if (j < j0 || j > j1) continue;
           const float* vj = vc + (base + j) * m.kv_row + d0;
-          for (int s = 0; s < 8; ++s) ev_sum[s] = det_fma_f32(ex[j], vj[s], ev_sum[s]);
+          const float ej = det_ld(ex + j);
+          for (int s = 0; s < 8; ++s) ev_sum[s] = det_fma_f32(ej, det_ld(vj + s), ev_sum[s]);
+          det_work_fma(8);
         }
         det_mk_warp_tree<8>(ev_sum);
         if (lane == 0)
           for (int s = 0; s < 8; ++s)
-            O[d0 + s] = first ? ev_sum[s] : det_attn_merge_value(O[d0 + s], ev_sum[s], w);
+            O[d0 + s] = first ? ev_sum[s] : det_attn_merge_value(det_ld(O + d0 + s), ev_sum[s], w);
       }
       det_sync_warp();
     }
-    for (int64_t d = lane; d < D; d += DET_WARP) ws.att[b * QD + hq * D + d] = det_div_f32(O[d], run.l);
+    for (int64_t d = lane; d < D; d += DET_WARP) ws.att[b * QD + hq * D + d] = det_div_f32(det_ld(O + d), run.l);
     det_sync_warp();
   }
 }
@@ -236,7 +243,7 @@ DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_
         if (s.norm) {
           out[b * H + n] = y[b];
         } else {
-          x[b * H + n] = det_add_f32(x[b * H + n], y[b]);
+          x[b * H + n] = det_add_f32(det_ld(x + b * H + n), y[b]);
           if (s.scalar) x[b * H + n] = det_mul_f32(x[b * H + n], *s.scalar);
         }
       }
@@ -256,7 +263,7 @@ DET_DEV_NOINLINE void det_mk_phase_out_norm(const det_mk_ctx& c, const float* w,
     float* x = c.P->ws.x + b * H;
     const float r = det_rmsnorm_factor_f32(det_mk_warp_dot_f32(y, y, H), H, m.rms_eps);
     for (int64_t k = det_lane(); k < H; k += DET_WARP) {
-      x[k] = det_add_f32(x[k], det_rmsnorm_scale_f32(y[k], r, w[k]));
+      x[k] = det_add_f32(det_ld(x + k), det_rmsnorm_scale_f32(det_ld(y + k), r, det_ld(w + k)));
       if (scalar) x[k] = det_mul_f32(x[k], *scalar);
     }
   }
@@ -432,10 +439,12 @@ DET_DEV_NOINLINE void det_mk_phase_argmax(const det_mk_ctx& c) {
     const int row = t.want_row[j], s = t.seq[row];
     if (p.sample && !det_sample_greedy(p.sample[s]) && det_mk_sample(c, lg, p.sample[s], t.pos[row] + 1, j, s))
       continue;
-    float v = lg[0];
+    float v = det_ld(lg);
     int32_t id = 0;
-    for (int64_t n = det_thread(); n < V; n += det_threads())
-      if (det_argmax_better(lg[n], n, v, id)) v = lg[n], id = (int32_t)n;
+    for (int64_t n = det_thread(); n < V; n += det_threads()) {
+      const float ln = det_ld(lg + n);
+      if (det_argmax_better(ln, n, v, id)) v = ln, id = (int32_t)n;
+    }
     for (int delta = DET_WARP / 2; delta >= 1; delta >>= 1) {
       float ov = v;
       int32_t oi = id;
@@ -459,7 +468,6 @@ DET_DEV_NOINLINE void det_mk_phase_argmax(const det_mk_ctx& c) {
 // two phases). HEAD runs only when the tile has wanted rows.
 DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
   const det_llama_model& m = c.P->model;
-  unsigned int* barrier = c.P->ws.barrier;
   for (int64_t i = 0; i < m.n_steps; ++i) {
     const det_step& s = m.steps[i];
     switch (s.kind) {
@@ -474,8 +482,10 @@ DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
       case DET_STEP_RESIDUAL:
         det_mk_phase_residual_gemv(c, s);
         if (s.norm) {
-          det_sync_grid(barrier);
+          det_mk_grid_sync(c, (int32_t)(2 * i));
           det_mk_phase_out_norm(c, s.norm, s.scalar);
+          det_mk_grid_sync(c, (int32_t)(2 * i + 1));
+          continue;
         }
         break;
       case DET_STEP_HEAD:
@@ -483,6 +493,6 @@ DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
         det_mk_phase_head(c, s);
         break;
     }
-    det_sync_grid(barrier);
+    det_mk_grid_sync(c, (int32_t)(2 * i));
   }
 }

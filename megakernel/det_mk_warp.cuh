@@ -16,6 +16,26 @@ struct det_mk_ctx {
   int gwarp, nwarps;    // this warp's index in the grid, warps in the grid
 };
 
+// The grid barrier after a phase, tagged for the profiling timeline (det_mk_program::timeline).
+// Only thread 0 stamps, so only it counts the synchronizations (in the tile, shared memory: a
+// counter in the context would live in local memory, which the phases' references put it in).
+DET_DEV void det_mk_grid_sync(const det_mk_ctx& c, int32_t tag) {
+  const det_mk_program& p = c.P->prog;
+  uint64_t* slot = nullptr;
+  if (p.timeline) {
+    det_sync_block();  // the block's slowest warp has arrived
+    const int64_t j = c.tile->syncs;
+    if (det_thread() == 0 && j < p.timeline_cap) {
+      slot = p.timeline + 2 * (j * det_blocks() + det_block());
+      slot[0] = det_globaltimer();
+      if (det_block() == 0) p.timeline_tag[j] = tag;
+    }
+  }
+  det_sync_grid(c.P->ws.barrier);
+  if (slot) slot[1] = det_globaltimer();
+  if (p.timeline && det_thread() == 0) ++c.tile->syncs;
+}
+
 // ---- warp building blocks ---------------------------------------------------------------------
 
 // The canonical tree (docs/SPEC.md §9) for N reductions at once: lane l is accumulator l of each
@@ -31,8 +51,10 @@ DET_DEV void det_mk_warp_tree(float (&acc)[N]) {
 // the runs 8l .. 8l + 7 of every block of 256 as one fma chain.
 DET_DEV float det_mk_warp_dot_f32(const float* a, const float* b, int64_t K) {
   float acc[1] = {0.0f};
-  for (int64_t k = DET_REDUCE_RUN * det_lane(); k < K; k += DET_REDUCE_BLOCK)
-    for (int i = 0; i < DET_REDUCE_RUN; ++i) acc[0] = det_fma_f32(a[k + i], b[k + i], acc[0]);
+  for (int64_t k = DET_REDUCE_RUN * det_lane(); k < K; k += DET_REDUCE_BLOCK) {
+    for (int i = 0; i < DET_REDUCE_RUN; ++i) acc[0] = det_fma_f32(det_ld(a + k + i), det_ld(b + k + i), acc[0]);
+    det_work_fma(DET_REDUCE_RUN);
+  }
   det_mk_warp_tree<1>(acc);
   det_shfl_idx_n(acc, 1, 0);
   return acc[0];
@@ -115,12 +137,13 @@ DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row ro
     const int64_t k = s * 8 * DET_WARP + 8 * lane;
     if (k < K) {
       float w[8];
-      det_mk_decode8(row(it), K, k, ring[(f & mask) * DET_WARP + lane], w);
+      det_mk_decode8(row(it), K, k, det_ld(&ring[(f & mask) * DET_WARP + lane]), w);
       for (int b = 0; b < NB; ++b) {
         if (b >= nb) break;
         const det_vec_f32x4 x0 = det_load_f32x4(x + b * ldx + k), x1 = det_load_f32x4(x + b * ldx + k + 4);
         const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
         for (int i = 0; i < 8; ++i) acc[b] = det_fma_f32(w[i], xv[i], acc[b]);
+        det_work_fma(8);
       }
     }
     if (++s == steps) {

@@ -12,7 +12,15 @@
 //   det_shfl_down_n(v, n, d) / det_shfl_idx_n(v, n, src)  warp shuffles of n 32-bit values
 //   det_shfl_down_combine_n(v, n, d, f)  v[i] = f(v[i], v[i] of lane + d), all lanes at once
 //   det_smem()         the block's dynamic shared memory
+//   det_globaltimer()  nanoseconds (%globaltimer on the GPU, a steady clock on the host): profiling
+//                      stamps only, never an input to arithmetic
 //   det_load_f32x4(p)  one 16-byte load of 4 floats (p 16-byte aligned)
+//   det_ld(p)          one load of *p (any type): the kernel's reads of activations, caches and
+//                      shared memory go through it so that the emulation can count them
+//   det_work_fma(n)    n fmas this thread just did (a no-op on the GPU; counted under emulation)
+//                      Under emulation with a work profile (det_simt_host::WorkProfile), every
+//                      thread's global and shared bytes, loads and fmas are counted per warp and
+//                      per phase (grid synchronizations the thread has passed)
 //   det_cp_async16 / det_cp_async4 / det_cp_async_commit / det_cp_async_wait<N>  16- and 4-byte
 //                      async copies global -> shared (cp.async on sm_80+, a plain copy before
 //                      sm_80; on the host a plain copy, or deferred to the wait_group with
@@ -57,6 +65,15 @@ DET_DEV void det_shfl_down_combine_n(T* v, int n, int delta, F f) {
 }
 
 DET_DEV det_vec_f32x4 det_load_f32x4(const float* p) { return *(const float4*)p; }
+template <typename T>
+DET_DEV T det_ld(const T* p) { return *p; }
+DET_DEV void det_work_fma(int) {}
+
+DET_DEV uint64_t det_globaltimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 
 DET_DEV unsigned char* det_smem() {
   extern __shared__ __align__(16) unsigned char det_dynamic_smem[];
@@ -131,6 +148,7 @@ int block_dim();
 int block_idx();
 int grid_dim();
 unsigned char* smem();
+uint64_t globaltimer();
 void sync_block();
 void sync_warp();
 void sync_grid(unsigned int* bar);
@@ -139,6 +157,10 @@ void sync_grid(unsigned int* bar);
 void exchange(uint32_t* words, int n, int src, bool src_is_delta);
 // Deferred async copies (DET_SIMT_MODES=async): nonzero while a launch in that mode runs.
 extern int deferred_async;
+// The work profile: nonzero while a launch that counts runs (det_simt_host.h's WorkProfile).
+extern int work_counting;
+void work_load(const void* p, int bytes);
+void work_fma(int n);
 void cp_async(void* smem_dst, const void* gmem_src, int bytes);
 void cp_async_commit();
 void cp_async_wait(int n);
@@ -155,10 +177,21 @@ DET_DEV void det_sync_block() { det_simt_host::sync_block(); }
 DET_DEV void det_sync_warp() { det_simt_host::sync_warp(); }
 DET_DEV void det_sync_grid(unsigned int* bar) { det_simt_host::sync_grid(bar); }
 DET_DEV unsigned char* det_smem() { return det_simt_host::smem(); }
+DET_DEV uint64_t det_globaltimer() { return det_simt_host::globaltimer(); }
+DET_DEV bool det_simt_counting() { return __atomic_load_n(&det_simt_host::work_counting, __ATOMIC_RELAXED) != 0; }
 DET_DEV det_vec_f32x4 det_load_f32x4(const float* p) {
+  if (det_simt_counting()) det_simt_host::work_load(p, 16);
   det_vec_f32x4 v;
   memcpy(&v, p, sizeof v);
   return v;
+}
+template <typename T>
+DET_DEV T det_ld(const T* p) {
+  if (det_simt_counting()) det_simt_host::work_load(p, (int)sizeof(T));
+  return *p;
+}
+DET_DEV void det_work_fma(int n) {
+  if (det_simt_counting()) det_simt_host::work_fma(n);
 }
 
 template <typename T>
@@ -194,10 +227,12 @@ DET_DEV bool det_simt_deferred_async() {
   return __atomic_load_n(&det_simt_host::deferred_async, __ATOMIC_RELAXED) != 0;
 }
 DET_DEV void det_cp_async16(void* smem_dst, const void* gmem_src) {
+  if (det_simt_counting()) det_simt_host::work_load(gmem_src, 16);
   if (det_simt_deferred_async()) det_simt_host::cp_async(smem_dst, gmem_src, 16);
   else memcpy(smem_dst, gmem_src, 16);
 }
 DET_DEV void det_cp_async4(void* smem_dst, const void* gmem_src) {
+  if (det_simt_counting()) det_simt_host::work_load(gmem_src, 4);
   if (det_simt_deferred_async()) det_simt_host::cp_async(smem_dst, gmem_src, 4);
   else memcpy(smem_dst, gmem_src, 4);
 }

@@ -19,6 +19,9 @@ DET_CUDA_ARCHS (e.g. "9.0", or "8.0,9.0") builds the cuda variant for those comp
 only, instead of build.toml's list (scripts/device_check.sh builds just the lent GPU's); the
 variant's metadata.json lists what was built, and the choice is part of the unique id. The cuda
 variant also needs nvcc's CUDA major version to equal the one torch was built with.
+DET_CUDA_EXTRA_FLAGS (e.g. "-lineinfo", for Nsight Compute's source view: device_check's ncu
+stage) adds nvcc flags to the cuda variant; they are part of the unique id too. Build such a
+variant into its own --out: it is not the one to ship.
 """
 import argparse
 import hashlib
@@ -177,6 +180,7 @@ def main():
     srcs, cxx_flags, cuda_flags, caps = sources_for(build, backend)
     if backend == "cuda":
         caps = cuda_archs(caps)
+        cuda_flags = [*cuda_flags, *os.environ.get("DET_CUDA_EXTRA_FLAGS", "").split()]
 
     # The unique id: every input of the build, hashed.
     h = hashlib.sha256()
@@ -187,7 +191,7 @@ def main():
     h.update(torch.__version__.encode() + tool_version(["c++", "--version"]).encode())
     if nvcc:
         h.update(tool_version([str(nvcc), "--version"]).encode())
-        h.update(("archs:" + ",".join(caps)).encode())
+        h.update(("archs:" + ",".join(caps) + " flags:" + " ".join(cuda_flags)).encode())
     uid = h.hexdigest()[:10]
     ops_name = f"_{name.replace('-', '_')}_{backend}_{uid}"
 

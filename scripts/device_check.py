@@ -31,7 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 REPO_ID = "phanerozoic/det-infer"
-STAGES = ("preflight", "build", "smoke", "geometry", "digests", "bench", "accuracy")
+STAGES = ("preflight", "build", "smoke", "geometry", "digests", "bench", "profile", "peers", "accuracy", "ncu")
 # The report files in $OUT, markdown (each name in two pieces: tests/test_doc_paths.py takes a bare
 # markdown file name for a document of the repository).
 REPORT_FILE, SUMMARY_FILE = "report" ".md", "summary" ".md"
@@ -712,6 +712,59 @@ def pytest_summary(xml_path):
     return n
 
 
+def _num(cell):
+    try:
+        return float(str(cell).replace(",", "").rstrip("x"))
+    except ValueError:
+        return None
+
+
+def md_dicts(text):
+    """Every markdown table row of text as a dict keyed by its table's header."""
+    return [dict(zip(tab[0], row)) for tab in md_tables(text) for row in tab[1:]]
+
+
+def peer_ratios(bench_text, profile_text, peers_text):
+    """det-infer / peer, measured side by side in this run: decode tok/s at each batch (bench
+    against the peer's CUDA graph) and prefill tok/s (profile against the peer's eager prefill),
+    for every model both measured. [] when they share none (the dry run's models differ)."""
+    out = []
+    peers = md_dicts(peers_text)
+    bench = {r.get("model"): r for r in md_dicts(bench_text)}
+    for p in peers:
+        b, batch = bench.get(p.get("model")), p.get("batch")
+        ours = _num(b.get(f"b{batch} tok/s")) if b else None
+        theirs = _num(p.get("graph tok/s"))
+        if ours and theirs:
+            out.append({"model": p["model"], "what": f"decode tok/s, batch {batch}", "det-infer": ours,
+                        "peer": theirs, "ratio": round(ours / theirs, 3)})
+    prefill = {}  # model -> {prompt length: tok/s}
+    model = None
+    for line in profile_text.splitlines():
+        if line.startswith("### "):
+            model = line[4:].strip()
+        m = re.match(r"\| prefill, (\d+)-token prompt, tok/s \| ([\d,.]+) \|", line)
+        if m and model:
+            prefill.setdefault(model, {})[int(m.group(1))] = _num(m.group(2))
+    for p in peers:
+        if p.get("batch") != "1":
+            continue
+        for n, ours in prefill.get(p.get("model"), {}).items():
+            theirs = _num(p.get(f"prefill {n} tok/s"))
+            if ours and theirs:
+                out.append({"model": p["model"], "what": f"prefill tok/s, {n}-token prompt", "det-infer": ours,
+                            "peer": theirs, "ratio": round(ours / theirs, 3)})
+    return out
+
+
+def ratio_table(rows):
+    if not rows:
+        return "det-infer / peer: no model measured by both (the dry run's models differ)"
+    return "\n".join(["| model | what | det-infer | peer | det-infer / peer |", "|---|---|---|---|---|"] +
+                     [f"| {r['model']} | {r['what']} | {r['det-infer']:,.0f} | {r['peer']:,.0f} | {r['ratio']:.2f}x |"
+                      for r in rows])
+
+
 SUMMARY_COLUMNS = ("date", "card", "driver", "torch / CUDA", "nvcc", "build id", "archs", "megakernel regs / stack",
                    "default geometry", "SM clock MHz (bench)", "smoke", "digests", "decode tok/s b1/b16",
                    "contract max ulp", "stages", "total s")
@@ -726,6 +779,8 @@ def summarize():
     by = {s["stage"]: s for s in stages}
     bench_text = (st / "bench.txt").read_text() if (st / "bench.txt").exists() else ""
     acc_text = (st / "accuracy.txt").read_text() if (st / "accuracy.txt").exists() else ""
+    profile_text, peers_text, ncu_text = ((st / f).read_text() if (st / f).exists() else ""
+                                          for f in ("profile.txt", "peers.txt", "ncu.txt"))
     tests = pytest_summary(st / "digests.xml")
     mk = res.get("megakernel") or {}
     regs = ", ".join(f"{a}: {u['reg']} / {u['stack']} B" + (f", {u['local']} B local" if u["local"] else "")
@@ -770,7 +825,9 @@ def summarize():
     }
     report = {"summary": row, "stages": stages, "preflight": pre, "build": build, "resusage": res, "geometry": geo,
               "smoke": smoke, "digests": dig, "tests": tests, "clocks": clocks,
-              "bench": md_tables(bench_text), "accuracy": md_tables(acc_text)}
+              "bench": md_tables(bench_text), "accuracy": md_tables(acc_text), "profile": profile_text,
+              "peers": md_tables(peers_text), "peer_ratios": peer_ratios(bench_text, profile_text, peers_text),
+              "ncu": ncu_text}
     return report, row
 
 
@@ -820,6 +877,14 @@ def cmd_report(args):
             keep = [ln for ln in body.splitlines() if ln.startswith(("|", "digests:", "executor:")) or "tok/s" in ln
                     or re.search(r"\d+ (passed|failed)", ln) or "GB/s" in ln]
             lines += ["", f"## {title}", ""] + keep
+    for title, key in (("Profile (measured beside gpu_model.py's prediction)", "profile"), ("Nsight Compute", "ncu")):
+        if report[key].strip():
+            lines += ["", f"## {title}", ""] + report[key].strip().splitlines()
+    if report["peers"] or report["peer_ratios"]:
+        lines += ["", "## Peers (a stock PyTorch decode step as a CUDA graph, same card, same run)", ""]
+        lines += [ln for ln in ((st / "peers.txt").read_text().splitlines() if (st / "peers.txt").exists() else [])
+                  if ln.startswith("|") or "torch" in ln]
+        lines += ["", ratio_table(report["peer_ratios"])]
     (out / REPORT_FILE).write_text("\n".join(lines) + "\n")
     return 0
 

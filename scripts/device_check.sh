@@ -20,10 +20,20 @@
 #   bench           50   20  benchmarks/bench_gpu.py (decode tok/s, b1 and b16), SM clock sampled;
 #                            a row per model as it finishes (over budget only below ~3% of the
 #                            copy bandwidth)
+#   profile        120   60  benchmarks/gpu_profile.py: per-step ms against layers, context (~50,
+#                            ~1,000, ~4,000) and batch 16, prefill tok/s of 16- and 1,000-token
+#                            prompts, the phase timeline; each beside gpu_model.py's prediction
+#   peers           60   30  benchmarks/peer_torch.py: a stock PyTorch decode step of the same shapes
+#                            as a CUDA graph, and its prefill; the report divides det-infer by it
 #   accuracy        50   20  benchmarks/contract_accuracy.py --device cuda, 10M inputs (2M took 5 s
-#                            here): the long run, last, given whatever the deadline leaves
-#   total          480  180  3 min expected, 8 min at most (the deadline trims the last stage).
-#                            With the machine's start (1-2 min) a first run takes ~5 of the 15
+#                            here)
+#   ncu            120   70  where ncu exists: the CUDA variant rebuilt with -lineinfo (its own
+#                            folder), one decode step of each shape under Nsight Compute with
+#                            source-level stall sampling, boiled down by benchmarks/ncu_summary.py
+#                            (the 25 lines with most samples, DRAM/issue/occupancy figures); absent
+#                            or failing, it says so and passes. Last: it gets what the deadline leaves
+#   total          480  ~330 5-6 min expected, 8 min at most (the deadline trims the last stages).
+#                            With the machine's start (~30 s) a first run takes ~7 of the 15
 #                            minutes, leaving room for a second.
 #
 # If the smoke launch hangs or crashes, geometry and bench are skipped and the digests keep only
@@ -51,8 +61,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 SELF="$ROOT/scripts/device_check.sh"
-STAGE_ORDER=(preflight build smoke geometry digests bench accuracy)
-declare -A BUDGET=([preflight]=30 [build]=180 [smoke]=60 [geometry]=20 [digests]=90 [bench]=50 [accuracy]=50)
+STAGE_ORDER=(preflight build smoke geometry digests bench profile peers accuracy ncu)
+declare -A BUDGET=([preflight]=30 [build]=180 [smoke]=60 [geometry]=20 [digests]=90 [bench]=50 [profile]=120
+                   [peers]=60 [accuracy]=50 [ncu]=120)
 RESERVE=10   # seconds kept back from the deadline for the last report
 
 # ---- the stages (each runs in its own process, under `timeout`) ---------------------------------
@@ -136,6 +147,57 @@ stage_bench() {
   return "$rc"
 }
 
+stage_profile() {
+  local args=(--reps 3)
+  [ "$DRY" = 0 ] || args=(--executor emulated --models synthetic-llama --quick --reps 1)
+  $PY benchmarks/gpu_profile.py "${args[@]}" | tee "$STATE/profile.txt"
+  return "${PIPESTATUS[0]}"
+}
+
+stage_peers() {
+  local args=(--steps 128 --reps 3)
+  [ "$DRY" = 0 ] || args=(--models tiny --device cpu --steps 4 --reps 1 --long-prompt 40)
+  $PY benchmarks/peer_torch.py "${args[@]}" | tee "$STATE/peers.txt"
+  return "${PIPESTATUS[0]}"
+}
+
+stage_ncu() {
+  local ncu shape rc
+  ncu=$(command -v ncu || ls "$CUDA_HOME"/bin/ncu 2>/dev/null || true)
+  if [ "$DRY" = 1 ] || [ -z "$ncu" ]; then
+    echo "ncu: not run ($([ "$DRY" = 1 ] && echo 'dry run' || echo 'no ncu on PATH or in CUDA_HOME/bin'))" |
+      tee "$STATE/ncu.txt"
+    return 0
+  fi
+  echo "ncu: $("$ncu" --version | tail -n 1); the CUDA variant with -lineinfo, for this stage only"
+  if ! DET_CUDA_EXTRA_FLAGS=-lineinfo $PY scripts/build_local.py --backend cuda --out "$STATE/build-lineinfo" \
+    >"$STATE/ncu_build.log" 2>&1; then
+    tail -n 20 "$STATE/ncu_build.log"
+    echo "ncu: the -lineinfo build failed: not run" | tee "$STATE/ncu.txt"
+    return 0
+  fi
+  : >"$STATE/ncu.txt"
+  for shape in SmolLM2-135M Llama-3.2-1B; do
+    rm -f "$STATE/$shape.ncu-rep"
+    LOCAL_KERNELS="phanerozoic/det-infer=$STATE/build-lineinfo" timeout -k 5 50 "$ncu" --clock-control none \
+      -k regex:det_mk --launch-skip 4 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+      --section SourceCounters --section Occupancy --section LaunchStats -o "$STATE/$shape" \
+      $PY benchmarks/gpu_profile.py --ncu-target --models "$shape" >"$STATE/ncu_run.log" 2>&1
+    rc=$?
+    if [ $rc != 0 ] || [ ! -e "$STATE/$shape.ncu-rep" ]; then
+      tail -n 15 "$STATE/ncu_run.log"
+      echo "ncu: $shape: the profile failed (exit $rc): not recorded" | tee -a "$STATE/ncu.txt"
+      continue
+    fi
+    "$ncu" -i "$STATE/$shape.ncu-rep" --page details >"$STATE/ncu_details.log" 2>&1
+    "$ncu" -i "$STATE/$shape.ncu-rep" --page source --csv --print-source cuda,sass >"$STATE/ncu_source.csv" 2>/dev/null
+    { echo "### $shape: one decode step (the 5th launch)"; echo
+      $PY benchmarks/ncu_summary.py --source "$STATE/ncu_source.csv" --log "$STATE/ncu_details.log" --top 25 ||
+        echo "ncu: $shape: the summary failed"; echo; } | tee -a "$STATE/ncu.txt"
+  done
+  return 0
+}
+
 stage_accuracy() {
   local n=${DET_CHECK_ACCURACY_N:-10000000} device=cuda
   [ "$DRY" = 0 ] || { n=${DET_CHECK_ACCURACY_N:-20000}; device=cpu; }
@@ -205,7 +267,10 @@ main() {
   run_stage digests
   if ((launches)); then run_stage bench; else skip bench "the smoke launch did not run"; fi
   $PY scripts/device_check.py clocks "$OUT_DIR/clocks.csv"
+  if ((launches)); then run_stage profile; else skip profile "the smoke launch did not run"; fi
+  run_stage peers
   run_stage accuracy
+  if ((launches)); then run_stage ncu; else skip ncu "the smoke launch did not run"; fi
   finish
 }
 

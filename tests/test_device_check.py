@@ -73,6 +73,10 @@ def test_dry_run_report_files(dry_run):
     md = (out / dc.REPORT_FILE).read_text()
     assert "DRY RUN" in md and "| smoke | pass |" in md and "## Decode benchmark" in md
     assert "synthetic-llama" in md and "max error (ulp)" in md
+    # the new stages: the profile (its tables and the phase timeline), the peers, ncu (not run here)
+    assert "## Profile" in md and "| per step, 1 layers, batch 1, ms |" in md and "| qkv |" in md
+    assert "Phase timeline" in md and "## Peers" in md and "| tiny | 1 |" in md
+    assert "## Nsight Compute" in md and "ncu: not run (dry run)" in md
 
 
 def test_dry_run_summary_table(dry_run):
@@ -84,7 +88,7 @@ def test_dry_run_summary_table(dry_run):
     assert len(head) == len(row) == lines[1].count("---")
     cell = dict(zip(head, row))
     assert re.fullmatch(r"\d{4}-\d\d-\d\d", cell["date"]) and "dry run" in cell["card"]
-    assert cell["stages"] == "7/7 pass" and cell["smoke"] == "pass"
+    assert cell["stages"] == f"{len(dc.STAGES)}/{len(dc.STAGES)} pass" and cell["smoke"] == "pass"
     assert "pins 2/2" in cell["digests"] and re.search(r"synthetic-llama \d+/\d+", cell["decode tok/s b1/b16"])
     assert float(cell["contract max ulp"]) <= 1.0 and "9.0" in cell["archs"]
     assert lines[0] in (out / dc.REPORT_FILE).read_text()
@@ -96,11 +100,11 @@ def test_stage_timeout_is_reported_and_fails(di, tmp_path):
     r, report = run_check(tmp_path, DET_CHECK_BUDGET_SMOKE="1")
     assert r.returncode == 1, r.stdout[-3000:]
     st = statuses(report)
-    assert st["smoke"] == "timeout" and st["geometry"] == st["bench"] == "skipped"
-    assert st["preflight"] == st["build"] == st["accuracy"] == "pass"
+    assert st["smoke"] == "timeout" and st["geometry"] == st["bench"] == st["profile"] == st["ncu"] == "skipped"
+    assert st["preflight"] == st["build"] == st["accuracy"] == st["peers"] == "pass"
     assert "only the tests that do not launch the megakernel" in r.stdout
     row = report["summary"]
-    assert row["smoke"] == "timeout" and row["stages"] == "4/7 pass"
+    assert row["smoke"] == "timeout" and row["stages"] == f"5/{len(dc.STAGES)} pass"
     assert "smoke(timeout)" in r.stdout
 
 
@@ -211,3 +215,20 @@ def test_report_commit_prefers_the_environment(monkeypatch, tmp_path):
                     "--allow-empty", "-m", "outer"], check=True)
     monkeypatch.setattr(dc, "ROOT", copy)
     assert dc.report_commit().startswith("unknown")
+
+
+def test_peer_ratios_side_by_side():
+    """The report divides det-infer's figures by the peer's of the same model, batch and prompt."""
+    bench = ("| model | weights GB | b1 tok/s | b16 tok/s |\n|---|---|---|---|\n"
+             "| SmolLM2-135M | 0.27 | 256 | 2157 |\n| Llama-3.2-1B | 2.47 | 221 | 976 |\n")
+    peers = ("PyTorch peer\n| model | batch | graph ms/step | graph tok/s | eager ms/step | prefill 16 tok/s | "
+             "prefill 1000 tok/s |\n|---|---|---|---|---|---|---|\n| SmolLM2-135M | 1 | 3.556 | 281 | 20.5 | 800 | 20000 |\n"
+             "| SmolLM2-135M | 16 | 3.877 | 4127 | 30.7 | 9000 | 40000 |\n")
+    profile = ("### SmolLM2-135M\n\n| what | measured | predicted |\n|---|---|---|\n"
+               "| prefill, 1000-token prompt, tok/s | 1,000 | 965 |\n")
+    rows = dc.peer_ratios(bench, profile, peers)
+    got = {(r["what"], r["ratio"]) for r in rows}
+    assert got == {("decode tok/s, batch 1", round(256 / 281, 3)), ("decode tok/s, batch 16", round(2157 / 4127, 3)),
+                   ("prefill tok/s, 1000-token prompt", 0.05)}
+    assert "0.91x" in dc.ratio_table(rows)
+    assert dc.peer_ratios(bench, "", "") == [] and "no model" in dc.ratio_table([])

@@ -7,6 +7,7 @@
 // validated on the host before anything is launched.
 #include <torch/library.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -60,8 +61,29 @@ torch::Tensor upload(const std::vector<T>& v, const torch::Device& dev) {
 }
 #endif
 
-// Validates and runs a program whose outputs (prog.logits / out_* / step_logits) are already set.
-void run(const NativeModel& nm, HostProgram& h, det_mk_program prog, det_mk_geometry geo) {
+// The profiling timeline's buffers (det_mk_program::timeline), or none.
+struct Timeline {
+  torch::Tensor* stamps = nullptr;  // int64, flat: (capacity, grid, 2) once the grid is known
+  torch::Tensor* tags = nullptr;    // int32 (capacity,)
+  torch::Tensor* work = nullptr;    // emulation only: int64 (phases, grid * warps, 4), or empty
+};
+
+// Points prog's timeline at tl's buffers for a launch of geo.grid blocks.
+void attach_timeline(det_mk_program& prog, const Timeline& tl, const det_mk_geometry& geo, const torch::Device& dev) {
+  if (!tl.stamps) return;
+  for (const torch::Tensor* x : {tl.stamps, tl.tags})
+    TORCH_CHECK_VALUE(x->device() == dev && x->is_contiguous(), "det-infer: timeline buffers must be contiguous on ", dev);
+  TORCH_CHECK_VALUE(tl.stamps->scalar_type() == torch::kInt64 && tl.tags->scalar_type() == torch::kInt32,
+                    "det-infer: timeline stamps are int64, tags int32");
+  prog.timeline_cap = std::min<int64_t>(tl.stamps->numel() / (2 * (int64_t)geo.grid), tl.tags->numel());
+  prog.timeline = (uint64_t*)tl.stamps->data_ptr<int64_t>();
+  prog.timeline_tag = tl.tags->data_ptr<int32_t>();
+}
+
+// Validates and runs a program whose outputs (prog.logits / out_* / step_logits) are already set;
+// returns the geometry it ran with (the launcher's choices filled in).
+det_mk_geometry run(const NativeModel& nm, HostProgram& h, det_mk_program prog, det_mk_geometry geo,
+                    const Timeline& tl = {}) {
   const torch::Device& dev = nm.device;
   const char* why = nullptr;
   const det_program_rows& r = h.rows;
@@ -89,11 +111,24 @@ void run(const NativeModel& nm, HostProgram& h, det_mk_program prog, det_mk_geom
     p.prog = prog;
     p.ws = det_mk_workspace_carve(&nm.model, geo.tile_rows, ws.data_ptr());
     p.geo = geo;
+    attach_timeline(p.prog, tl, geo, dev);
+    if (tl.work && tl.work->numel() > 0) {
+      TORCH_CHECK_VALUE(tl.work->scalar_type() == torch::kInt64 && tl.work->is_contiguous() && tl.work->is_cpu(),
+                        "det-infer: the work profile is a contiguous int64 CPU tensor");
+      const int64_t per_phase = (int64_t)geo.grid * geo.warps * 4, seen_max = tl.work->numel() / per_phase;
+      int64_t seen = 0;
+      rc = det_mk_run_emulated_counted(&p, tl.work->data_ptr<int64_t>(), seen_max, &seen);
+      check(rc == DET_MK_OK ? rc : DET_MK_ERR_DEADLOCK, "a synchronization was not reached by every thread (deadlock)",
+            "emulation failed");
+      return geo;
+    }
     check(det_mk_run_emulated(&p), "a synchronization was not reached by every thread (deadlock)", "emulation failed");
-    return;
+    return geo;
   }
 #if defined(CUDA_KERNEL)
   const c10::cuda::CUDAGuard guard(dev);
+  TORCH_CHECK_VALUE(!tl.work || tl.work->numel() == 0,
+                    "det-infer: the work profile counts under emulation only (executor 'emulated')");
   rc = det_mk_check_alignment(&nm.model, &why);
   check(rc, why, "the megakernel cannot read these weights");
   rc = det_mk_cuda_resolve(&nm.model, &geo, dev.index(), &why);
@@ -115,12 +150,15 @@ void run(const NativeModel& nm, HostProgram& h, det_mk_program prog, det_mk_geom
   p.prog = prog;
   p.ws = det_mk_workspace_carve(&nm.model, geo.tile_rows, ws.data_ptr());
   p.geo = geo;
+  attach_timeline(p.prog, tl, geo, dev);
   rc = det_mk_cuda_launch(&p, c10::cuda::getCurrentCUDAStream(dev.index()).stream(), &why);
   check(rc, why, "CUDA launch failed");
   // The uploads must outlive the kernel: wait before they are freed.
   C10_CUDA_CHECK(cudaStreamSynchronize(c10::cuda::getCurrentCUDAStream(dev.index()).stream()));
+  return geo;
 #else
   TORCH_CHECK_VALUE(false, "det-infer: this build has no CUDA support; tensors on ", dev, " cannot be used");
+  return geo;
 #endif
 }
 
@@ -138,11 +176,13 @@ void mega_forward(Model model, const torch::Tensor& tokens, const torch::Tensor&
   run(nm, h, prog, parse_geometry(geometry));
 }
 
-void mega_generate(Model model, const torch::Tensor& prompts, const torch::Tensor& prompt_offsets,
-                   const torch::Tensor& start_positions, const std::vector<torch::Tensor>& caches, int64_t max_new,
-                   const torch::Tensor& stop_ids, const torch::Tensor& sample_f, const torch::Tensor& sample_i,
-                   torch::Tensor& out_tokens, torch::Tensor& out_lengths, torch::Tensor& step_logits,
-                   c10::IntArrayRef geometry) {
+namespace {
+
+det_mk_geometry generate(Model model, const torch::Tensor& prompts, const torch::Tensor& prompt_offsets,
+                         const torch::Tensor& start_positions, const std::vector<torch::Tensor>& caches,
+                         int64_t max_new, const torch::Tensor& stop_ids, const torch::Tensor& sample_f,
+                         const torch::Tensor& sample_i, torch::Tensor& out_tokens, torch::Tensor& out_lengths,
+                         torch::Tensor& step_logits, c10::IntArrayRef geometry, const Timeline& tl) {
   const NativeModel& nm = *model;
   const torch::Device& dev = nm.device;
   HostProgram h = host_program(cache_views(nm.model, caches, dev));
@@ -161,7 +201,35 @@ void mega_generate(Model model, const torch::Tensor& prompts, const torch::Tenso
   prog.out_tokens = out_tokens.data_ptr<int32_t>();
   prog.out_lengths = out_lengths.data_ptr<int64_t>();
   if (step_logits.numel() > 0) prog.step_logits = step_logits.data_ptr<float>();
-  run(nm, h, prog, parse_geometry(geometry));
+  return run(nm, h, prog, parse_geometry(geometry), tl);
+}
+
+}  // namespace
+
+void mega_generate(Model model, const torch::Tensor& prompts, const torch::Tensor& prompt_offsets,
+                   const torch::Tensor& start_positions, const std::vector<torch::Tensor>& caches, int64_t max_new,
+                   const torch::Tensor& stop_ids, const torch::Tensor& sample_f, const torch::Tensor& sample_i,
+                   torch::Tensor& out_tokens, torch::Tensor& out_lengths, torch::Tensor& step_logits,
+                   c10::IntArrayRef geometry) {
+  generate(model, prompts, prompt_offsets, start_positions, caches, max_new, stop_ids, sample_f, sample_i, out_tokens,
+           out_lengths, step_logits, geometry, {});
+}
+
+// mega_generate with the profiling timeline on: stamps (int64, flat, on the model's device) and
+// tags (int32) as det_mk_program::timeline describes; under emulation, a non-empty work tensor
+// also counts each warp's work per phase (det_mk_run_emulated_counted). Returns the grid it ran with.
+int64_t test_mega_timeline(Model model, const torch::Tensor& prompts, const torch::Tensor& prompt_offsets,
+                           const torch::Tensor& start_positions, const std::vector<torch::Tensor>& caches,
+                           int64_t max_new, const torch::Tensor& stop_ids, const torch::Tensor& sample_f,
+                           const torch::Tensor& sample_i, torch::Tensor& out_tokens, torch::Tensor& out_lengths,
+                           torch::Tensor& step_logits, c10::IntArrayRef geometry, torch::Tensor& stamps,
+                           torch::Tensor& tags, torch::Tensor& work) {
+  Timeline tl;
+  tl.stamps = &stamps;
+  tl.tags = &tags;
+  tl.work = &work;
+  return generate(model, prompts, prompt_offsets, start_positions, caches, max_new, stop_ids, sample_f, sample_i,
+                  out_tokens, out_lengths, step_logits, geometry, tl).grid;
 }
 
 void register_megakernel_ops(torch::Library& ops) {
@@ -175,4 +243,10 @@ void register_megakernel_ops(torch::Library& ops) {
           "Tensor sample_f, Tensor sample_i, Tensor! out_tokens, Tensor! out_lengths, Tensor! step_logits, "
           "int[] geometry) -> ()");
   ops.impl("mega_generate", c10::DispatchKey::CompositeExplicitAutograd, &mega_generate);
+  // mega_generate with the profiling timeline (benchmarks/gpu_profile.py): returns the grid.
+  ops.def("_test_mega_timeline(" DET_MODEL_TYPE " model, Tensor prompts, "
+          "Tensor prompt_offsets, Tensor start_positions, Tensor(a!)[] caches, int max_new, Tensor stop_ids, "
+          "Tensor sample_f, Tensor sample_i, Tensor! out_tokens, Tensor! out_lengths, Tensor! step_logits, "
+          "int[] geometry, Tensor! stamps, Tensor! tags, Tensor! work) -> int");
+  ops.impl("_test_mega_timeline", c10::DispatchKey::CompositeExplicitAutograd, &test_mega_timeline);
 }

@@ -106,6 +106,8 @@ namespace det_simt_host {
 // Launches running with deferred async copies, in this process (det_simt.h's shims call the
 // functions below while it is nonzero; each of those checks its own launch's mode).
 int deferred_async = 0;
+// Launches counting a work profile, in this process.
+int work_counting = 0;
 
 namespace {
 
@@ -131,6 +133,7 @@ struct Fiber {
   void* tsan_fiber = nullptr;
   int tid = 0, bid = 0;
   int xphase = 0;  // which of the warp's two exchange buffers this lane uses next
+  int64_t phase = 0;  // grid synchronizations this thread has passed (the work profile's phase)
   bool done = false;
   std::vector<Copy> copies;  // async mode: issued, not landed, in issue order
   int64_t committed = 0;     // groups committed so far (the open group's index)
@@ -160,6 +163,8 @@ struct Launch {
   size_t stacks_bytes = 0;
   unsigned int own_bar[2] = {0, 0};  // threads mode, for a kernel that passes no barrier words
   int stuck = 0, exited = 0;         // threads mode: blocks deadlocked, blocks finished (atomics)
+  size_t smem_bytes = 0;
+  WorkProfile* work = nullptr;       // counting, or null
 };
 
 // One OS thread's scheduler: all the fibers, or (threads mode) one block's.
@@ -378,8 +383,39 @@ int block_dim() { return g_sched->L->block; }
 int block_idx() { return g_sched->cur->bid; }
 int grid_dim() { return g_sched->L->grid; }
 unsigned char* smem() { return g_sched->L->smem[g_sched->cur->bid]; }
+uint64_t globaltimer() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 void sync_block() { arrive(g_sched->L->block_bar[g_sched->cur->bid]); }
+
+namespace {
+// This thread's counters in the current launch's work profile, or null. A block's counters are
+// written only by its own fibers, which in threads mode share one OS thread: no races.
+int64_t* work_slot() {
+  if (!g_sched) return nullptr;
+  Launch* L = g_sched->L;
+  const Fiber* f = g_sched->cur;
+  if (!L->work || f->phase >= L->work->phases_cap) return nullptr;
+  const int64_t warps = (int64_t)L->grid * L->block / DET_WARP, warp = ((int64_t)f->bid * L->block + f->tid) / DET_WARP;
+  return L->work->counts + (f->phase * warps + warp) * kWorkKinds;
+}
+}  // namespace
+
+void work_load(const void* p, int bytes) {
+  int64_t* w = work_slot();
+  if (!w) return;
+  const unsigned char* s = g_sched->L->smem[g_sched->cur->bid];
+  const bool shared = (const unsigned char*)p >= s && (const unsigned char*)p < s + g_sched->L->smem_bytes + 16;
+  w[shared ? kSharedBytes : kGlobalBytes] += bytes;
+  w[kLoads] += 1;
+}
+
+void work_fma(int n) {
+  if (int64_t* w = work_slot()) w[kFmas] += n;
+}
 
 void sync_warp() {
   Launch* L = g_sched->L;
@@ -388,6 +424,7 @@ void sync_warp() {
 
 void sync_grid(unsigned int* bar) {
   Launch* L = g_sched->L;
+  ++g_sched->cur->phase;  // the work after this barrier is the next phase's (counted by this thread)
   if (!(L->modes & kThreads)) return arrive(L->grid_bar);
   // As on the GPU: the block meets, thread 0 meets the other blocks, the block meets again.
   sync_block();
@@ -433,9 +470,14 @@ void cp_async_wait(int n) {
   land(f, f->committed - n);  // nothing to land outside async mode
 }
 
-int launch(int grid, int block, size_t smem_bytes, uint64_t seed, void (*kernel)(void*), void* arg) {
+namespace {
+
+int launch_impl(int grid, int block, size_t smem_bytes, uint64_t seed, void (*kernel)(void*), void* arg,
+                WorkProfile* work) {
   if (grid < 1 || block < DET_WARP || block % DET_WARP || g_sched) return -1;
   Launch L;
+  L.work = work;
+  L.smem_bytes = smem_bytes;
   L.grid = grid;
   L.block = block;
   L.kernel = kernel;
@@ -526,6 +568,7 @@ int launch(int grid, int block, size_t smem_bytes, uint64_t seed, void (*kernel)
   int finished = 0;
   for (Fiber& f : L.fibers) {
     finished += f.done;
+    if (work && f.phase + 1 > work->phases_seen) work->phases_seen = f.phase + 1;
 #if defined(DET_SIMT_ASAN)
     for (const Copy& c : f.copies) ASAN_UNPOISON_MEMORY_REGION(c.dst, c.bytes);  // a parked fiber's
 #endif
@@ -536,6 +579,22 @@ int launch(int grid, int block, size_t smem_bytes, uint64_t seed, void (*kernel)
   munmap(L.stacks, L.stacks_bytes);
   for (void* q : smem_exact) free(q);
   return finished == n ? 0 : -1;
+}
+
+}  // namespace
+
+int launch(int grid, int block, size_t smem_bytes, uint64_t seed, void (*kernel)(void*), void* arg) {
+  return launch_impl(grid, block, smem_bytes, seed, kernel, arg, nullptr);
+}
+
+int launch_counted(int grid, int block, size_t smem_bytes, uint64_t seed, void (*kernel)(void*), void* arg,
+                   WorkProfile* work) {
+  if (!work || !work->counts || work->phases_cap < 1) return -1;
+  work->phases_seen = 0;
+  __atomic_fetch_add(&work_counting, 1, __ATOMIC_RELAXED);
+  const int rc = launch_impl(grid, block, smem_bytes, seed, kernel, arg, work);
+  __atomic_fetch_sub(&work_counting, 1, __ATOMIC_RELAXED);
+  return rc;
 }
 
 }  // namespace det_simt_host

@@ -18,4 +18,16 @@ namespace det_simt_host {
 // thread per block and the GPU's atomic grid barrier), strict (all three).
 int launch(int grid, int block, size_t smem_bytes, uint64_t seed, void (*kernel)(void*), void* arg);
 
+// What each warp did in each phase of a launch (a phase: the work between two grid
+// synchronizations, as each thread passes them), counted when a launch is given one.
+enum WorkKind { kGlobalBytes, kSharedBytes, kLoads, kFmas, kWorkKinds };
+struct WorkProfile {
+  int64_t phases_cap = 0;        // phases kept (later work is not counted)
+  int64_t* counts = nullptr;     // (phases_cap, grid * warps, kWorkKinds), zeroed by the caller
+  int64_t phases_seen = 0;       // out: the most phases any thread passed, plus one
+};
+// launch() with the work profile on (one launch at a time in the process).
+int launch_counted(int grid, int block, size_t smem_bytes, uint64_t seed, void (*kernel)(void*), void* arg,
+                   WorkProfile* work);
+
 }  // namespace det_simt_host

@@ -439,21 +439,10 @@ class MegaModel:
             ids += list(self.config.eos_token_ids)
         return torch.tensor(ids, dtype=torch.int32)
 
-    @_exclusive
-    def generate_batch(self, prompts, max_new=128, *, stop_on_eos=False, stop_ids=None, return_logits=False,
-                       temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, seed=0, return_logprobs=False):
-        """Generation for up to batch_max() prompts (any lengths) in one native call. Greedy at
-        temperature 0 (the default); otherwise seeded sampling (docs/SPEC.md §15), each of
-        temperature, top_k, top_p, min_p and seed one value or a list with one per prompt. A
-        sequence samples the same alone or in any batch. Returns a list of token lists (and, with
-        return_logits, a list of (steps, vocab) fp32 tensors; with return_logprobs, a list of (steps,)
-        fp32 logprobs of the chosen tokens under the distribution each was drawn from: the kept
-        set's at the sampling temperature, or the plain log-softmax when greedy; SPEC §15.1)."""
-        if not isinstance(prompts, (list, tuple)) or not 1 <= len(prompts) <= BATCH_MAX:
-            raise ValueError(f"det-infer: generate_batch takes 1..{BATCH_MAX} prompts, got "
-                             f"{len(prompts) if isinstance(prompts, (list, tuple)) else type(prompts).__name__}")
-        if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
-            raise ValueError(f"det-infer: max_new must be a positive int, got {max_new!r}")
+    def _generate_args(self, prompts, max_new, stop_on_eos, stop_ids, return_logits, temperature, top_k, top_p,
+                       min_p, seed):
+        """The checked prompts, the generate ops' arguments (ending in the outputs: tokens,
+        lengths, step logits) and the sampling tensors of a generate_batch call."""
         prompts = [self._ids(p, f"prompt {i}") for i, p in enumerate(prompts)]
         sample_f, sample_i = self._sampling(len(prompts), temperature, top_k, top_p, min_p, seed)
         states = []
@@ -472,6 +461,27 @@ class MegaModel:
                 torch.tensor(offsets, dtype=torch.int64), torch.zeros(B, dtype=torch.int64),
                 [s.cache for s in states], max_new, self._stop_ids(stop_on_eos, stop_ids), sample_f, sample_i,
                 out, lengths, step_logits)
+        return prompts, args, sample_f, sample_i
+
+    @_exclusive
+    def generate_batch(self, prompts, max_new=128, *, stop_on_eos=False, stop_ids=None, return_logits=False,
+                       temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, seed=0, return_logprobs=False):
+        """Generation for up to batch_max() prompts (any lengths) in one native call. Greedy at
+        temperature 0 (the default); otherwise seeded sampling (docs/SPEC.md §15), each of
+        temperature, top_k, top_p, min_p and seed one value or a list with one per prompt. A
+        sequence samples the same alone or in any batch. Returns a list of token lists (and, with
+        return_logits, a list of (steps, vocab) fp32 tensors; with return_logprobs, a list of (steps,)
+        fp32 logprobs of the chosen tokens under the distribution each was drawn from: the kept
+        set's at the sampling temperature, or the plain log-softmax when greedy; SPEC §15.1)."""
+        if not isinstance(prompts, (list, tuple)) or not 1 <= len(prompts) <= BATCH_MAX:
+            raise ValueError(f"det-infer: generate_batch takes 1..{BATCH_MAX} prompts, got "
+                             f"{len(prompts) if isinstance(prompts, (list, tuple)) else type(prompts).__name__}")
+        if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
+            raise ValueError(f"det-infer: max_new must be a positive int, got {max_new!r}")
+        prompts, args, sample_f, sample_i = self._generate_args(prompts, max_new, stop_on_eos, stop_ids, return_logits,
+                                                                temperature, top_k, top_p, min_p, seed)
+        out, lengths, step_logits = args[-3:]
+        B = len(prompts)
         if self.executor == "engine":
             ops.mak_generate(*args)
         else:

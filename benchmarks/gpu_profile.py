@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Where the megakernel's time goes on a GPU: the profile stage of scripts/device_check.sh.
+
+Models of bench_gpu.py's shapes with random bf16 weights made on the device. Per-step times are
+differences of two launches, (generate_batch of n steps - of 1 step) / (n - 1), so the launch and
+the prompt cancel; medians of --reps. Printed as markdown tables, each measured figure beside
+benchmarks/gpu_model.py's prediction for the card its constants were fitted to (H200):
+  layers    per-step ms against the layer count (1, 2, 4, 8, 16, all), batch 1
+  context   per-step ms at positions ~50, ~1,000 and ~4,000, batch 1 (the steps start there: the
+            cache before them holds zeros, which costs the attention the same as real keys)
+  batch     per-step ms of the whole model at batch 16
+  prefill   tokens/s of a 16- and a 1,000-token prompt (one launch, prompt and first pick)
+  timeline  one launch with the phase timeline on (det_infer.profiling): per kind of phase, its
+            median length, how long the fastest block waited for the slowest, the barrier's release;
+            under emulation also the work profile: busy warps, the busiest warp against the mean
+--ncu-target runs only what Nsight Compute profiles (a prompt, then decode steps of the first
+shape, one launch each; device_check's ncu stage picks the 5th launch).
+
+    LOCAL_KERNELS=phanerozoic/det-infer=$PWD/build python3 benchmarks/gpu_profile.py [--models ...]
+    ... --executor emulated --models synthetic-llama --quick    (the dry run: emulated, tiny, CI)
+"""
+import argparse
+import importlib
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from bench_gpu import PROMPT_LEN, SHAPES, config, random_weights, sync  # noqa: E402
+
+
+class Bench:
+    """One shape on one executor: models by layer count, timed launches."""
+
+    def __init__(self, di, name, device, executor, reps, max_context):
+        self.di, self.name, self.device, self.executor, self.reps = di, name, device, executor, reps
+        self.max_context = max_context
+        self.models = {}
+
+    def model(self, layers=None):
+        cfg = config(self.name)
+        layers = layers or cfg["num_hidden_layers"]
+        if layers not in self.models:
+            self.models.clear()  # one model on the device at a time
+            cfg["num_hidden_layers"] = layers
+            cfg["max_position_embeddings"] = max(cfg.get("max_position_embeddings", 0), self.max_context)
+            mc = self.di.ModelConfig.from_dict(cfg)
+            self.models[layers] = self.di.MegaModel(mc, random_weights(self.di, mc, self.device), device=self.device,
+                                                    max_context=self.max_context, executor=self.executor)
+        return self.models[layers]
+
+    def launch(self, mm, batch, prompt_len, max_new, start=0):
+        """Seconds of one generate launch: batch prompts of prompt_len tokens at positions
+        start.., then max_new - 1 decode steps."""
+        di_ops = self.di.ops
+        vocab = mm.config.vocab_size
+        prompts = [[(31 * b + 7 * i) % (vocab - 3) + 3 for i in range(prompt_len)] for b in range(batch)]
+        _, args, _, _ = mm._generate_args(prompts, max_new, False, None, False, 0.0, 0, 1.0, 0.0, 0)
+        args = list(args)
+        if start:
+            args[3] = torch.full((batch,), start, dtype=torch.int64)
+            args[4] = [mm._new_kv(start + prompt_len + max_new).cache for _ in range(batch)]
+        sync(self.device)
+        t = time.perf_counter()
+        di_ops.mega_generate(*args, mm._geometry_list())
+        sync(self.device)
+        return time.perf_counter() - t
+
+    def median(self, f):
+        f()  # warm-up
+        return statistics.median(f() for _ in range(self.reps))
+
+    def step_ms(self, layers=None, batch=1, start=0, steps=64):
+        mm = self.model(layers)
+        long = self.median(lambda: self.launch(mm, batch, PROMPT_LEN, steps, start))
+        one = self.median(lambda: self.launch(mm, batch, PROMPT_LEN, 1, start))
+        return 1e3 * (long - one) / (steps - 1)
+
+    def prefill_tok_s(self, prompt_len):
+        mm = self.model()
+        return prompt_len / self.median(lambda: self.launch(mm, 1, prompt_len, 1))
+
+
+def predictor(card):
+    """(shape, **what) -> predicted ms or tok/s from gpu_model, or None where it cannot say."""
+    import gpu_model
+
+    c = gpu_model.card(card)
+    _, runs = gpu_model.load_runs(gpu_model.RUNS / c.runs)
+    constants = gpu_model.fit(c, runs)
+
+    def step(shape, layers=None, batch=1, position=PROMPT_LEN + 31):
+        if shape not in SHAPES:
+            return None
+        cfg = gpu_model.shape_config(shape, layers=layers)
+        plan = gpu_model.layer_plan(cfg)
+        t = gpu_model.launch_terms(plan, cfg, c.geometry, c.sms, batch, 0, 1, first_pos=position)
+        t["launch"] = 0.0
+        return 1e3 * gpu_model.seconds(t, constants)
+
+    def prefill(shape, prompt):
+        return None if shape not in SHAPES else gpu_model.predict(c, constants, shape, 1, prompt=prompt)[1]
+
+    return step, prefill
+
+
+def fmt(x, digits=3):
+    return "n/a" if x is None else f"{x:,.{digits}f}"
+
+
+def profile(di, names, device, executor, reps, quick, card):
+    pred_step, pred_prefill = predictor(card)
+    layer_counts = (1, 2) if quick else (1, 2, 4, 8, 16, None)
+    positions = (50, 200) if quick else (50, 1000, 4000)
+    long_prompt = 40 if quick else 1000
+    steps = 4 if quick else 64
+    print(f"predicted: benchmarks/gpu_model.py, constants fitted to the {card.upper()}'s measurements")
+    for name in names:
+        b = Bench(di, name, device, executor, reps, max_context=max(positions) + PROMPT_LEN + steps + 8)
+        full = config(name)["num_hidden_layers"]
+        print(f"\n### {name}\n\n| what | measured | predicted |\n|---|---|---|")
+        for layers in layer_counts:
+            if layers and layers >= full:
+                continue
+            n = layers or full
+            print(f"| per step, {n} layers, batch 1, ms | {b.step_ms(layers, steps=steps):.3f} | "
+                  f"{fmt(pred_step(name, layers=n))} |", flush=True)
+        ctx_steps = min(steps, 16)  # a step at 4,000 positions takes ~0.1 s today
+        for pos in positions:
+            start = max(pos - PROMPT_LEN - ctx_steps // 2, 0)
+            print(f"| per step at position ~{pos:,}, batch 1, ms | {b.step_ms(start=start, steps=ctx_steps):.3f} | "
+                  f"{fmt(pred_step(name, position=start + PROMPT_LEN + ctx_steps // 2))} |", flush=True)
+        print(f"| per step, batch 16, ms | {b.step_ms(batch=16, steps=steps):.3f} | "
+              f"{fmt(pred_step(name, batch=16))} |", flush=True)
+        for n in (PROMPT_LEN, long_prompt):
+            print(f"| prefill, {n}-token prompt, tok/s | {b.prefill_tok_s(n):,.0f} | "
+                  f"{fmt(pred_prefill(name, n), 0)} |", flush=True)
+        timeline(di, b.model(), steps=4 if quick else 8)
+        b.models.clear()
+
+
+def timeline(di, mm, steps):
+    """The phase table of the decode steps of one launch (the prompt's tiles left out)."""
+    prof = importlib.import_module(di.__name__ + ".profiling")
+    tl = prof.phase_timeline(mm, [[3 + i for i in range(PROMPT_LEN)]], steps, capacity=4096)
+    rows = prof.phases(tl, mm.layer_plan())
+    first_pick = tl["tags"].index(-1) if -1 in tl["tags"] else len(rows)
+    decode = rows[first_pick + 1:]
+    if not decode:
+        print("\ntimeline: no decode step recorded")
+        return
+    per_step = sum(r["phase_us"] for r in decode) / max(1, sum(r["kind"] == "pick" for r in decode))
+    print(f"\nPhase timeline: {steps - 1} decode steps, batch 1, grid {tl['grid']}: {per_step:,.1f} us a step in "
+          "phases\n")
+    print(prof.phase_table(decode), flush=True)
+    if mm.executor == "emulated":  # what each warp did, counted by the emulation (no GPU needed)
+        wp = prof.work_profile(mm, [[3 + i for i in range(PROMPT_LEN)]], steps, capacity=4096)
+        work = prof.work_rows(wp, mm.layer_plan())
+        print(f"\nWork profile (emulated, grid {wp['grid']} x {mm.geometry['warps']} warps): per decode phase\n")
+        print(prof.work_table(work[wp["tags"].index(-1) + 1:]), flush=True)
+
+
+def ncu_target(di, name, device, executor):
+    """What device_check's ncu stage profiles: launches 1-4 warm up, launch 5 is one decode step."""
+    b = Bench(di, name, device, executor, 1, max_context=PROMPT_LEN + 8)
+    mm = b.model()
+    for _ in range(4):
+        b.launch(mm, 1, PROMPT_LEN, 1)
+    b.launch(mm, 1, PROMPT_LEN, 2)
+    print("ncu target: 5 launches done")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(SHAPES),
+                    help=f"comma-separated: {', '.join(SHAPES)}, or synthetic-<det_fixtures/synthetic.py family>")
+    ap.add_argument("--executor", choices=["megakernel", "emulated"], default="megakernel")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="few points, short prompts (the dry run)")
+    ap.add_argument("--card", default="h200", help="the card whose fitted constants predict")
+    ap.add_argument("--ncu-target", action="store_true", help="only the launches the ncu stage profiles")
+    args = ap.parse_args()
+    from kernels import get_kernel
+
+    di = get_kernel("phanerozoic/det-infer", version=1)
+    device = "cuda" if args.executor == "megakernel" else "cpu"
+    names = args.models.split(",")
+    if args.ncu_target:
+        return ncu_target(di, names[0], device, args.executor)
+    where = torch.cuda.get_device_name() if device == "cuda" else "CPU, emulated executor (dry run)"
+    print(f"{where}: profile; per-step = (n steps - 1 step) / (n - 1), medians of {args.reps}")
+    profile(di, names, device, args.executor, args.reps, args.quick, args.card)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""The megakernel's phase timeline (det_infer.profiling), run under emulation: stamping the clock at
+every grid synchronization changes no bit, the synchronizations follow the layer plan, and the
+stamps have a barrier's shape (no block leaves before the last one arrives). A few seconds."""
+import importlib
+
+import pytest
+from det_fixtures.certification import model_dir
+
+GEO = dict(grid=3, warps=2, ring=2, tile_rows=4, seed=5)
+
+
+@pytest.fixture(scope="module")
+def prof(di):
+    return importlib.import_module(di.__name__ + ".profiling")
+
+
+@pytest.fixture(scope="module", params=["llama", "gemma3"])
+def model(request, di, tmp_path_factory):
+    directory = model_dir(request.param, tmp_path_factory.mktemp("profiling"))
+    return di.MegaModel.from_pretrained(directory, max_context=64, executor="emulated", geometry=GEO)
+
+
+def test_timeline_changes_no_bit(model, prof):
+    prompts = [[5, 9, 2, 7, 1, 3], [4, 4, 8]]
+    tl = prof.phase_timeline(model, prompts, 3)
+    assert tl["tokens"] == model.generate_batch(prompts, 3)
+    assert tl["grid"] == GEO["grid"]
+
+
+def test_timeline_follows_the_plan(model, prof):
+    """A 6-token prompt in tiles of 4: tile 1 has no wanted row (no head), tile 2 has; then the
+    prompt's pick, and per decode step one tile and its pick."""
+    plan = model.layer_plan()
+    per_tile = [2 * i + half for i, s in enumerate(plan) if s["kind"] != "embed"
+                for half in ((0, 1) if s["out_norm"] else (0,))]
+    no_head = [t for t in per_tile if plan[t // 2]["kind"] != "head"]
+    tl = prof.phase_timeline(model, [[5, 9, 2, 7, 1, 3]], 3)
+    assert tl["tags"] == no_head + per_tile + [-1] + (per_tile + [-1]) * 2
+    rows = prof.phases(tl, plan)
+    kinds = {r["kind"] for r in rows}
+    assert {"qkv", "rope", "attend", "mlp", "residual", "head", "pick"} <= kinds
+    assert ("out_norm" in kinds) == any(s["out_norm"] for s in plan)
+    assert "| qkv |" in prof.phase_table(rows)
+
+
+def test_stamps_have_a_barriers_shape(model, prof):
+    tl = prof.phase_timeline(model, [[5, 9, 2, 7, 1, 3]], 2)
+    arrive, leave = tl["arrive"], tl["leave"]
+    assert (arrive > 0).all() and (leave >= arrive).all()
+    assert (leave.min(dim=1).values >= arrive.max(dim=1).values).all()  # nobody leaves before the last arrives
+    assert (arrive[1:].min(dim=1).values >= leave[:-1].min(dim=1).values).all()
+    assert all(r["phase_us"] >= 0 and r["spread_us"] >= 0 for r in prof.phases(tl, model.layer_plan()))
+
+
+def test_capacity_and_refusals(model, prof, di, tmp_path):
+    tl = prof.phase_timeline(model, [[5, 9, 2]], 2, capacity=5)
+    assert len(tl["tags"]) == 5 and tl["arrive"].shape == (5, GEO["grid"])
+    with pytest.raises(ValueError, match="capacity"):
+        prof.phase_timeline(model, [[5, 9, 2]], 2, capacity=0)
+    engine = di.MegaModel.from_pretrained(model_dir("llama", tmp_path), max_context=64)
+    with pytest.raises(ValueError, match="megakernel"):
+        prof.phase_timeline(engine, [[5, 9, 2]], 2)
+
+
+WIDE = dict(grid=2, warps=4, ring=2, tile_rows=4, seed=3)  # 8 warps: more than the 4 query heads
+
+
+@pytest.fixture(scope="module")
+def llama_wide(di, tmp_path_factory):
+    directory = model_dir("llama", tmp_path_factory.mktemp("work"))
+    return di.MegaModel.from_pretrained(directory, max_context=64, executor="emulated", geometry=WIDE)
+
+
+def test_work_profile_counts_exactly(llama_wide, prof):
+    """The counted fmas of the last decode step equal the model's own arithmetic: per GEMV phase
+    rows x k per input row (plus every block's RMSNorm of the row where the phase normalizes),
+    per attention phase 2 x head_dim per visible slot per query head."""
+    mm = llama_wide
+    cfg = mm.config
+    prompt = [5, 9, 2, 7, 1, 3]
+    tl = prof.work_profile(mm, [prompt], 3)
+    assert tl["tokens"] == mm.generate_batch([prompt], 3)
+    plan = mm.layer_plan()
+    picks = [j for j, t in enumerate(tl["tags"]) if t == -1]
+    last = range(picks[-2] + 1, picks[-1])  # the last decode step's phases: position len(prompt) + 1
+    pos = len(prompt) + 1
+    fmas = tl["work"][:, :, 3].sum(dim=1)
+    H, D, grid = cfg.hidden_size, cfg.head_dim, WIDE["grid"]
+    for j in last:
+        s = plan[tl["tags"][j] // 2]
+        want = s["weight_rows"] * s["k"]
+        if s["kind"] in ("qkv", "mlp", "head"):
+            want += grid * H  # each block normalizes the row (a canonical dot of length H)
+        if s["kind"] == "attend":
+            want = cfg.num_attention_heads * (pos + 1) * 2 * D
+        if s["kind"] == "rope":
+            want = 0  # no qk-norm in llama: rotations only
+        assert int(fmas[j]) == want, (j, s)
+
+
+def test_work_profile_shows_the_imbalance(llama_wide, prof):
+    """At batch 1, attention is one warp per query head (4 busy of 8), and in the QKV phase warp 0
+    of each block normalizes the row while the others wait: its fmas stand above the mean."""
+    tl = prof.work_profile(llama_wide, [[5, 9, 2, 7, 1, 3]], 3)
+    rows = prof.work_rows(tl, llama_wide.layer_plan())
+    decode = rows[tl["tags"].index(-1) + 1:]
+    attend = [r for r in decode if r["kind"] == "attend"]
+    assert attend and all(r["busy"] == llama_wide.config.num_attention_heads and r["warps"] == 8 for r in attend)
+    qkv = [r for r in decode if r["kind"] == "qkv"]
+    assert qkv and all(r["fmas_max"] > r["fmas_mean"] for r in qkv)
+    table = prof.work_table(decode)
+    assert "| attend | 4 of 8 |" in table
+    with pytest.raises(ValueError, match="emulation only"):
+        engine_like = type("M", (), {"executor": "megakernel"})()
+        prof.work_profile(engine_like, [[1, 2]], 1)

@@ -1,0 +1,142 @@
+"""Where a megakernel launch spends its time: the per-phase timeline (internal, for the benchmarks
+and the device check; not part of the v1 surface).
+
+With the timeline on, thread 0 of every block stamps a clock (%globaltimer on the GPU, a steady
+clock under emulation) when its block reaches each grid synchronization (every warp of the block
+has finished the phase) and when it leaves it. From those stamps, per synchronization j:
+  phase     the slowest block's arrival at j minus the last departure from j - 1: how long the
+            phase took the grid (its critical path)
+  spread    the slowest block's arrival minus the fastest's: how long the fastest block waited for
+            the slowest (stall sampling cannot see it: idle warps dominate its samples)
+  release   the first departure from j minus the slowest arrival: the barrier's own cost
+Stamps never touch the arithmetic: a profiled generation is the same bits as a plain one (tested).
+
+Under emulation, work_profile also counts what each warp does in each phase (the SIMT layer counts
+every load of det_ld / det_load_f32x4 / cp.async, global or shared by address, and the fmas the
+kernel reports with det_work_fma), so an imbalance shows without a GPU: work_table gives, per
+kind of phase, the busy warps and the busiest warp against the mean of the busy ones.
+"""
+import statistics
+
+import torch
+
+from ._ops import ops
+
+
+def phase_timeline(mm, prompts, max_new, capacity=1024, work=None):
+    """Runs generate_batch(prompts, max_new) (greedy) through the megakernel or its emulation with
+    the timeline on, for the first `capacity` synchronizations. Returns dict(tokens, grid, tags
+    (list of int), arrive and leave (int64 (n, grid) ns tensors on the CPU))."""
+    if mm.executor == "engine":
+        raise ValueError("det-infer: the phase timeline is the megakernel's (executor 'megakernel' or 'emulated'), "
+                         "not the CPU engine's")
+    if not isinstance(capacity, int) or capacity < 1:
+        raise ValueError(f"det-infer: capacity must be a positive int, got {capacity!r}")
+    prompts, args, _, _ = mm._generate_args(prompts, max_new, False, None, False, 0.0, 0, 1.0, 0.0, 0)
+    geometry = mm._geometry_list()
+    grid_max = geometry[0]
+    if grid_max == 0:  # the launcher picks the grid: room for every block of this size the device holds
+        props = torch.cuda.get_device_properties(mm.device)
+        grid_max = props.multi_processor_count * (props.max_threads_per_multi_processor // (32 * (geometry[1] or 8)))
+    stamps = torch.zeros(capacity * grid_max * 2, dtype=torch.int64, device=mm.device)
+    tags = torch.full((capacity,), -2, dtype=torch.int32, device=mm.device)
+    empty = torch.empty(0, dtype=torch.int64)
+    grid = ops._test_mega_timeline(*args, geometry, stamps, tags, work if work is not None else empty)
+    out, lengths = args[-3].cpu(), args[-2].cpu()
+    tags = tags.cpu()
+    n = int((tags != -2).sum())
+    st = stamps[: n * grid * 2].cpu().view(n, grid, 2)
+    return dict(tokens=[out[b, : lengths[b]].tolist() for b in range(len(prompts))], grid=grid,
+                tags=tags[:n].tolist(), arrive=st[:, :, 0], leave=st[:, :, 1])
+
+
+def phases(timeline, plan):
+    """One dict per synchronization: kind (the plan step's, "out_norm" for a residual's second
+    phase, "pick" for the end of a decode step), layer, and phase / spread / release in us."""
+    arrive, leave = timeline["arrive"], timeline["leave"]
+    rows = []
+    for j, tag in enumerate(timeline["tags"]):
+        if tag == -1:
+            kind, layer = "pick", -1
+        else:
+            step = plan[tag // 2]
+            kind, layer = ("out_norm" if tag % 2 else step["kind"]), step["layer"]
+        last_in = int(arrive[j].max())
+        start = int(leave[j - 1].max()) if j else int(arrive[j].min())
+        rows.append(dict(kind=kind, layer=layer, phase_us=(last_in - start) / 1e3,
+                         spread_us=(last_in - int(arrive[j].min())) / 1e3,
+                         release_us=(int(leave[j].min()) - last_in) / 1e3))
+    return rows
+
+
+def phase_table(rows):
+    """Markdown: per kind, the count and the medians of phase, spread and release (us), and the
+    kind's share of the summed phase time."""
+    total = sum(r["phase_us"] for r in rows) or 1.0
+    kinds = list(dict.fromkeys(r["kind"] for r in rows))
+    out = ["| phase | count | median us | fastest block waited, median us | barrier release, median us | share |",
+           "|---|---|---|---|---|---|"]
+    for k in kinds:
+        sel = [r for r in rows if r["kind"] == k]
+        out.append(f"| {k} | {len(sel)} | {statistics.median(r['phase_us'] for r in sel):.2f} | "
+                   f"{statistics.median(r['spread_us'] for r in sel):.2f} | "
+                   f"{statistics.median(r['release_us'] for r in sel):.2f} | "
+                   f"{100 * sum(r['phase_us'] for r in sel) / total:.0f}% |")
+    return "\n".join(out)
+
+
+WORK_KINDS = ("global_bytes", "shared_bytes", "loads", "fmas")
+
+
+def work_profile(mm, prompts, max_new, capacity=1024):
+    """Under emulation: phase_timeline's result plus work, an int64 (n, grid * warps, 4) tensor:
+    per phase (ending at synchronization j) and warp, the global bytes, shared bytes, loads and
+    fmas its 32 threads did."""
+    if mm.executor != "emulated":
+        raise ValueError(f"det-infer: the work profile counts under emulation only (executor 'emulated'), "
+                         f"not {mm.executor!r}")
+    if not isinstance(capacity, int) or capacity < 1:
+        raise ValueError(f"det-infer: capacity must be a positive int, got {capacity!r}")
+    nwarps = mm.geometry["grid"] * mm.geometry["warps"]
+    work = torch.zeros(capacity * nwarps * len(WORK_KINDS), dtype=torch.int64)
+    tl = phase_timeline(mm, prompts, max_new, capacity, work=work)
+    tl["work"] = work.view(capacity, nwarps, len(WORK_KINDS))[: len(tl["tags"])]
+    return tl
+
+
+def work_rows(profile, plan):
+    """Per synchronization: kind and layer (as phases() names them), busy warps (any load or fma),
+    the warps in the grid, and per work kind the busiest warp's count and the mean over busy warps."""
+    rows = []
+    for j, row in enumerate(phases(profile, plan)):
+        w = profile["work"][j]  # (warps, kinds)
+        busy = (w[:, 2] + w[:, 3]) > 0
+        n_busy = int(busy.sum())
+        r = dict(kind=row["kind"], layer=row["layer"], busy=n_busy, warps=w.shape[0])
+        for i, k in enumerate(WORK_KINDS):
+            col = w[:, i].double()
+            r[k + "_max"] = float(col.max())
+            r[k + "_mean"] = float(col[busy].mean()) if n_busy else 0.0
+        rows.append(r)
+    return rows
+
+
+def work_table(rows):
+    """Markdown: per kind of phase, the median over its phases of the busy warps, and of the
+    busiest warp's loads, fmas and bytes against the busy warps' mean (max / mean)."""
+    kinds = list(dict.fromkeys(r["kind"] for r in rows))
+    out = ["| phase | busy warps | busiest warp: loads (max/mean) | fmas (max/mean) | global bytes | shared bytes |",
+           "|---|---|---|---|---|---|"]
+
+    def med(sel, key):
+        return statistics.median(r[key] for r in sel)
+
+    for k in kinds:
+        sel = [r for r in rows if r["kind"] == k]
+        cells = []
+        for w in ("loads", "fmas"):
+            mx, mean = med(sel, w + "_max"), med(sel, w + "_mean")
+            cells.append(f"{mx:,.0f} ({mx / mean:.1f}x)" if mean else f"{mx:,.0f}")
+        out.append(f"| {k} | {med(sel, 'busy'):.0f} of {sel[0]['warps']} | {cells[0]} | {cells[1]} | "
+                   f"{med(sel, 'global_bytes_max'):,.0f} | {med(sel, 'shared_bytes_max'):,.0f} |")
+    return "\n".join(out)
