@@ -40,7 +40,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 RUNS = ROOT / "benchmarks" / "gpu_runs"
 TERMS = ("phase", "bytes", "row", "item", "attend", "launch")
 CHUNK = 128  # attention's chunk of positions (docs/SPEC.md §13.4)
-INFLIGHT = 8  # what-if: keys a streaming attention unit keeps in flight (an assumption, not a fit)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,11 +126,37 @@ def tile_terms(plan, cfg, geo, sms, positions, wanted, pick):
             t["row"] += nbytes * (n_in - 1) * per_sm
             t["item"] += math.ceil(s["weight_rows"] / nwarps) * n_in
         elif kind == "attend":
-            waves = math.ceil(rows * cfg["num_attention_heads"] / nwarps)
-            t["attend"] += waves * (max(positions) + 1) * hd / 64
+            attend_terms(t, cfg, geo, nwarps, positions, s.get("window", 0))
     if pick:
         t["phase"] += 1
     return t
+
+
+def attend_terms(t, cfg, geo, nwarps, positions, window):
+    """ATTEND's counts. geometry attn 0: one warp per (row, query head) walks its whole context
+    (the busiest warp: waves x context slots). attn C > 0 (split): units of (row, query head,
+    chunk) over the grid, each walking its chunk's visible slots, C chunks a pass; when a row has
+    more than one chunk, a fold phase per pass whose unit takes one dependent round (counted as a
+    slot) per chunk. Slots scale with head_dim / 64."""
+    heads, hd, per = cfg["num_attention_heads"], cfg["head_dim"], geo.get("attn", 0)
+    lo = [max(p - window + 1, 0) if window else 0 for p in positions]
+    if per == 0:
+        waves = math.ceil(len(positions) * heads / nwarps)
+        t["attend"] += waves * (max(p - l for p, l in zip(positions, lo)) + 1) * hd / 64
+        return
+    chunks = [p // CHUNK - l // CHUNK + 1 for p, l in zip(positions, lo)]
+    passes = math.ceil(max(chunks) / per)
+    for pass_ in range(passes):
+        units = []  # visible slots of each unit of this pass
+        for p, l, n in zip(positions, lo, chunks):
+            for j in range(pass_ * per, min(n, (pass_ + 1) * per)):
+                base = (l // CHUNK + j) * CHUNK
+                units += [min(p, base + CHUNK - 1) - max(l, base) + 1] * heads
+        if units:
+            t["attend"] += math.ceil(len(units) / nwarps) * max(units) * hd / 64
+        if max(chunks) > 1:
+            t["phase"] += 1 + (pass_ + 1 < passes)  # the chunks' barrier, and between passes the fold's
+            t["attend"] += math.ceil(len(positions) * heads / nwarps) * min(per, max(chunks) - pass_ * per)
 
 
 def _add(a, b, k=1.0):
@@ -272,22 +297,26 @@ def cmd_predict(args):
     c = card(args.card)
     _, runs = load_runs(RUNS / c.runs)
     constants = fit(c, runs)
-    s, tok_s = predict(c, constants, args.shape, args.batch, args.position, args.prompt)
+    s, tok_s = predict(c, constants, args.shape, args.batch, args.position, args.prompt,
+                       geometry={"attn": args.attn} if args.attn else None)
     what = f"prefill of {args.batch} x {args.prompt} tokens" if args.prompt else \
         f"decode step, batch {args.batch}, position {args.position}"
     print(f"{c.name} {args.shape} {what}: {s * 1e3:.3f} ms, predicted {tok_s:,.0f} tok/s")
 
 
 WHATIF = (
-    # (name, what changes, how: constants scaled / counts changed) — each a GPU issue's change
+    # (name, what changes: a geometry, constants set or scaled) — each a GPU issue's change
     ("today", "the design measured 2026-12-04", {}),
-    ("attention over the grid (issue 48)", "(row, KV head, chunk) units over every warp: the busiest warp walks "
-     "one chunk (its visible slots, 8 keys in flight), then a fold per (row, query head) over the chunks",
-     {"attend": "chunked"}),
+    ("split attention (issue 48, as landed)", "geometry attn 32: (row, query head, chunk) units over every warp, "
+     "a fold per (row, query head) past one chunk; each unit still loads one key at a time", {"geometry": {"attn": 32}}),
+    ("+ streamed keys (issue 48)", "and each unit keeps 8 keys in flight: a slot at 1/8 of today's time",
+     {"geometry": {"attn": 32}, "attend": 1 / 8}),
     ("phases of 3 us (issue 50)", "each phase's fixed latency from ~15 us to 3 us (the 1.0 us counter wait and "
      "2 us of its own path)", {"phase_us": 3.0}),
-    ("rows per weight read (issue 49)", "a register-tiled multi-row GEMV: the per-row cost / 8", {"row": 1 / 8, "item": 1 / 8}),
-    ("all three", "", {"attend": "chunked", "phase_us": 3.0, "row": 1 / 8, "item": 1 / 8}),
+    ("rows per weight read (issue 49)", "a register-tiled multi-row GEMV: the per-row cost / 8",
+     {"row": 1 / 8, "item": 1 / 8}),
+    ("all", "streamed split attention, 3 us phases, rows per weight read",
+     {"geometry": {"attn": 32}, "attend": 1 / 8, "phase_us": 3.0, "row": 1 / 8, "item": 1 / 8}),
 )
 
 
@@ -295,32 +324,10 @@ def whatif_seconds(c, constants, shape, batch, position, prompt, change):
     k = dict(constants)
     if "phase_us" in change:
         k["phase"] = change["phase_us"] * 1e-6
-    for term in ("row", "item"):
+    for term in ("row", "item", "attend"):
         if term in change:
             k[term] *= change[term]
-    if change.get("attend") != "chunked":
-        return predict(c, k, shape, batch, position, prompt)
-    # Chunked attention: every unit is one chunk of one KV head of one row, dealt over the grid's
-    # warps; a unit keeps INFLIGHT keys in flight (today: one), so its visible slots cost 1/INFLIGHT
-    # of today's per-slot time each; then one unit per (row, query head) folds the chunks' partials,
-    # one dependent round (a slot's time) per chunk.
-    cfg = shape_config(shape)
-    nwarps = c.geometry["grid"] * c.geometry["warps"]
-    base_attend = k["attend"]
-    k["attend"] = 0.0
-    s, _ = predict(c, k, shape, batch, position, prompt)
-    layers, heads, kv = cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    if prompt:
-        tiles = tiles_of([prompt] * batch, c.geometry["tile_rows"])
-    else:
-        tiles = [([position] * batch, batch)]
-    for positions, _ in tiles:
-        units = [min(CHUNK, p + 1 - j * CHUNK) for p in positions for j in range(p // CHUNK + 1) for _ in range(kv)]
-        waves = math.ceil(len(units) / nwarps)
-        chunk_time = waves * max(units) / INFLIGHT
-        fold = math.ceil(len(positions) * heads / nwarps) * (max(positions) // CHUNK + 1)
-        s += layers * base_attend * (chunk_time + fold) * cfg["head_dim"] / 64
-    return s, (batch * prompt if prompt else batch) / s
+    return predict(c, k, shape, batch, position, prompt, geometry=change.get("geometry"))
 
 
 def cmd_whatif(args):
@@ -338,7 +345,7 @@ def cmd_whatif(args):
         label = f"{shape} b{batch} " + (f"prefill {prompt}" if prompt else f"position {position:,}")
         cells = [f"{whatif_seconds(c, constants, shape, batch, position, prompt, ch)[1]:,.0f}" for _, _, ch in WHATIF]
         print(f"| {label} | " + " | ".join(cells) + " |")
-    for name, what, _ in WHATIF[1:-1]:
+    for name, what, _ in WHATIF[1:]:
         print(f"- {name}: {what}")
 
 
@@ -355,12 +362,13 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--position", type=int, default=50, help="decode at this position")
     p.add_argument("--prompt", type=int, default=0, help="instead, the prefill of a prompt of this length")
+    p.add_argument("--attn", type=int, default=0, help="geometry attn: 0 a warp per query head, C split attention")
     w = sub.add_parser("whatif", help="the GPU issues' changes, predicted")
     w.add_argument("--card", default="h200")
     args = ap.parse_args(argv)
     if args.cmd == "predict":
-        if args.batch < 1 or args.batch > 16 or args.position < 0 or args.prompt < 0:
-            sys.exit("gpu_model: --batch must be 1..16, --position and --prompt non-negative")
+        if args.batch < 1 or args.batch > 16 or args.position < 0 or args.prompt < 0 or not 0 <= args.attn <= 32:
+            sys.exit("gpu_model: --batch must be 1..16, --position and --prompt non-negative, --attn 0..32")
         return cmd_predict(args)
     if args.cmd == "whatif":
         return cmd_whatif(args)

@@ -7,7 +7,8 @@ the prompt cancel; medians of --reps. Printed as markdown tables, each measured 
 benchmarks/gpu_model.py's prediction for the card its constants were fitted to (H200):
   layers    per-step ms against the layer count (1, 2, 4, 8, 16, all), batch 1
   context   per-step ms at positions ~50, ~1,000 and ~4,000, batch 1 (the steps start there: the
-            cache before them holds zeros, which costs the attention the same as real keys)
+            cache before them holds zeros, which costs the attention the same as real keys), with
+            geometry attn 0 (a warp per query head) and 32 (split over the grid)
   batch     per-step ms of the whole model at batch 16
   prefill   tokens/s of a 16- and a 1,000-token prompt (one launch, prompt and first pick)
   timeline  one launch with the phase timeline on (det_infer.profiling): per kind of phase, its
@@ -36,22 +37,25 @@ from bench_gpu import PROMPT_LEN, SHAPES, config, random_weights, sync  # noqa: 
 class Bench:
     """One shape on one executor: models by layer count, timed launches."""
 
-    def __init__(self, di, name, device, executor, reps, max_context):
+    def __init__(self, di, name, device, executor, reps, max_context, geometry=None):
         self.di, self.name, self.device, self.executor, self.reps = di, name, device, executor, reps
+        self.geometry = geometry
         self.max_context = max_context
         self.models = {}
 
-    def model(self, layers=None):
+    def model(self, layers=None, attn=0):
         cfg = config(self.name)
         layers = layers or cfg["num_hidden_layers"]
-        if layers not in self.models:
+        if (layers, attn) not in self.models:
             self.models.clear()  # one model on the device at a time
             cfg["num_hidden_layers"] = layers
             cfg["max_position_embeddings"] = max(cfg.get("max_position_embeddings", 0), self.max_context)
             mc = self.di.ModelConfig.from_dict(cfg)
-            self.models[layers] = self.di.MegaModel(mc, random_weights(self.di, mc, self.device), device=self.device,
-                                                    max_context=self.max_context, executor=self.executor)
-        return self.models[layers]
+            geometry = dict(self.geometry or {}, attn=attn) if attn else self.geometry
+            self.models[(layers, attn)] = self.di.MegaModel(mc, random_weights(self.di, mc, self.device),
+                                                            device=self.device, max_context=self.max_context,
+                                                            executor=self.executor, geometry=geometry)
+        return self.models[(layers, attn)]
 
     def launch(self, mm, batch, prompt_len, max_new, start=0):
         """Seconds of one generate launch: batch prompts of prompt_len tokens at positions
@@ -74,14 +78,14 @@ class Bench:
         f()  # warm-up
         return statistics.median(f() for _ in range(self.reps))
 
-    def step_ms(self, layers=None, batch=1, start=0, steps=64):
-        mm = self.model(layers)
+    def step_ms(self, layers=None, batch=1, start=0, steps=64, attn=0):
+        mm = self.model(layers, attn)
         long = self.median(lambda: self.launch(mm, batch, PROMPT_LEN, steps, start))
         one = self.median(lambda: self.launch(mm, batch, PROMPT_LEN, 1, start))
         return 1e3 * (long - one) / (steps - 1)
 
-    def prefill_tok_s(self, prompt_len):
-        mm = self.model()
+    def prefill_tok_s(self, prompt_len, attn=0):
+        mm = self.model(attn=attn)
         return prompt_len / self.median(lambda: self.launch(mm, 1, prompt_len, 1))
 
 
@@ -93,19 +97,25 @@ def predictor(card):
     _, runs = gpu_model.load_runs(gpu_model.RUNS / c.runs)
     constants = gpu_model.fit(c, runs)
 
-    def step(shape, layers=None, batch=1, position=PROMPT_LEN + 31):
+    def step(shape, layers=None, batch=1, position=PROMPT_LEN + 31, attn=0):
         if shape not in SHAPES:
             return None
         cfg = gpu_model.shape_config(shape, layers=layers)
         plan = gpu_model.layer_plan(cfg)
-        t = gpu_model.launch_terms(plan, cfg, c.geometry, c.sms, batch, 0, 1, first_pos=position)
+        geo = dict(c.geometry, attn=attn)
+        t = gpu_model.launch_terms(plan, cfg, geo, c.sms, batch, 0, 1, first_pos=position)
         t["launch"] = 0.0
         return 1e3 * gpu_model.seconds(t, constants)
 
-    def prefill(shape, prompt):
-        return None if shape not in SHAPES else gpu_model.predict(c, constants, shape, 1, prompt=prompt)[1]
+    def prefill(shape, prompt, attn=0):
+        if shape not in SHAPES:
+            return None
+        return gpu_model.predict(c, constants, shape, 1, prompt=prompt, geometry={"attn": attn})[1]
 
     return step, prefill
+
+
+ATTN = (0, 32)  # the attention's geometry: a warp per query head, and split over the grid (issue 48)
 
 
 def fmt(x, digits=3):
@@ -130,15 +140,19 @@ def profile(di, names, device, executor, reps, quick, card):
             print(f"| per step, {n} layers, batch 1, ms | {b.step_ms(layers, steps=steps):.3f} | "
                   f"{fmt(pred_step(name, layers=n))} |", flush=True)
         ctx_steps = min(steps, 16)  # a step at 4,000 positions takes ~0.1 s today
-        for pos in positions:
-            start = max(pos - PROMPT_LEN - ctx_steps // 2, 0)
-            print(f"| per step at position ~{pos:,}, batch 1, ms | {b.step_ms(start=start, steps=ctx_steps):.3f} | "
-                  f"{fmt(pred_step(name, position=start + PROMPT_LEN + ctx_steps // 2))} |", flush=True)
+        for attn in ATTN:
+            for pos in positions:
+                start = max(pos - PROMPT_LEN - ctx_steps // 2, 0)
+                print(f"| per step at position ~{pos:,}, batch 1, attn {attn}, ms | "
+                      f"{b.step_ms(start=start, steps=ctx_steps, attn=attn):.3f} | "
+                      f"{fmt(pred_step(name, position=start + PROMPT_LEN + ctx_steps // 2, attn=attn))} |", flush=True)
         print(f"| per step, batch 16, ms | {b.step_ms(batch=16, steps=steps):.3f} | "
               f"{fmt(pred_step(name, batch=16))} |", flush=True)
         for n in (PROMPT_LEN, long_prompt):
             print(f"| prefill, {n}-token prompt, tok/s | {b.prefill_tok_s(n):,.0f} | "
                   f"{fmt(pred_prefill(name, n), 0)} |", flush=True)
+        print(f"| prefill, {long_prompt}-token prompt, attn 32, tok/s | {b.prefill_tok_s(long_prompt, attn=32):,.0f} | "
+              f"{fmt(pred_prefill(name, long_prompt, attn=32), 0)} |", flush=True)
         timeline(di, b.model(), steps=4 if quick else 8)
         b.models.clear()
 

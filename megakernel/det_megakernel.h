@@ -33,7 +33,14 @@ struct det_mk_geometry {
   int ring;        // weight-ring depth per warp: 2 or 4 stages of 16 bytes per lane
   int tile_rows;   // rows carried through the layers together: 1, 2, 4, 8 or 16
   uint64_t seed;   // emulation only: the fiber schedule (0: a fixed order)
+  int attn;        // the attention's units: 0, one warp per (row, query head) walking the context;
+                   // C in 1..DET_MK_ATTN_PASS_CHUNKS, (row, query head, chunk) units over the grid, then
+                   // a fold per (row, query head), C chunks of 128 positions per pass
 };
+
+// The most chunks one pass of split attention computes before its fold (the workspace holds one
+// pass): with attn 32, contexts beyond 32 x 128 = 4,096 positions take several passes.
+#define DET_MK_ATTN_PASS_CHUNKS 32
 
 struct det_mk_seq {
   float* k;  // (capacity, kv_row): det_kv_cache's layout
@@ -86,6 +93,10 @@ struct det_mk_workspace {
   int32_t* sample_heap;   // (rows, vocab)
   int32_t* next_token;   // (DET_MK_ROWS_MAX,) each sequence's latest argmax
   unsigned int* barrier; // (2,) the grid barrier; zero before launch
+  // Split attention (geometry attn > 0): per (row, query head) and chunk of the pass, the chunk's
+  // (m, l) then o[0..head_dim); and the fold's running (m, l, O) between passes.
+  float* attn_part;      // (rows, heads, DET_MK_ATTN_PASS_CHUNKS, head_dim + 2)
+  float* attn_run;       // (rows, heads, head_dim + 2)
 };
 
 struct det_mk_params {

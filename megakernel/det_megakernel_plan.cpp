@@ -9,7 +9,7 @@
 namespace {
 
 struct Sizes {
-  int64_t x, q, kv, att, act, ple, logits, sincos;
+  int64_t x, q, kv, att, act, ple, logits, sincos, attn_part, attn_run;
 };
 
 // Every section a multiple of 4 words, so that each starts 16-byte aligned.
@@ -18,9 +18,10 @@ int64_t up4(int64_t n) { return (n + 3) / 4 * 4; }
 Sizes sizes(const det_llama_model* m, int rows) {
   const int64_t QD = m->n_heads * m->head_dim, KVD = m->n_kv_heads * m->head_dim;
   const int64_t act = m->inter > m->ple_dim ? m->inter : m->ple_dim;
+  const int64_t part = rows * m->n_heads * (m->head_dim + 2);
   return {up4(rows * m->hidden), up4(rows * QD),       up4(rows * KVD),
           up4(rows * QD),        up4(rows * act),      up4(rows * m->n_layers * m->ple_dim),
-          up4(rows * m->vocab),  up4(rows * m->rope_pairs * 2)};
+          up4(rows * m->vocab),  up4(rows * m->rope_pairs * 2), up4(part * DET_MK_ATTN_PASS_CHUNKS), up4(part)};
 }
 
 int fail(const char** why, int code, const char* text) {
@@ -32,7 +33,8 @@ int fail(const char** why, int code, const char* text) {
 
 size_t det_mk_workspace_bytes(const det_llama_model* m, int tile_rows) {
   const Sizes s = sizes(m, tile_rows);
-  const int64_t words = 2 * s.x + s.q + 2 * s.kv + s.att + s.act + s.ple + 3 * s.logits + s.sincos;  // fp32 or int32
+  const int64_t words = 2 * s.x + s.q + 2 * s.kv + s.att + s.act + s.ple + 3 * s.logits + s.sincos + s.attn_part +
+                        s.attn_run;  // fp32 or int32
   return (size_t)words * 4 + DET_MK_ROWS_MAX * sizeof(int32_t) + 4 * sizeof(unsigned int);
 }
 
@@ -50,6 +52,8 @@ det_mk_workspace det_mk_workspace_carve(const det_llama_model* m, int tile_rows,
   w.ple = f; f += s.ple;
   w.logits = f; f += s.logits;
   w.sincos = f; f += s.sincos;
+  w.attn_part = f; f += s.attn_part;
+  w.attn_run = f; f += s.attn_run;
   w.sample_e = f; f += s.logits;
   w.sample_heap = (int32_t*)f; f += s.logits;
   w.next_token = (int32_t*)f;
@@ -99,6 +103,9 @@ int det_mk_check_geometry(const det_mk_geometry* g, const char** why) {
     return fail(why, DET_MK_ERR_GEOMETRY, "ring (weight-ring depth) must be 2 or 4");
   if (t != 1 && t != 2 && t != 4 && t != 8 && t != 16)
     return fail(why, DET_MK_ERR_GEOMETRY, "tile_rows must be 1, 2, 4, 8 or 16");
+  if (g->attn < 0 || g->attn > DET_MK_ATTN_PASS_CHUNKS)
+    return fail(why, DET_MK_ERR_GEOMETRY,
+                "attn must be 0 (a warp per query head) or 1..32 (chunk units and a fold, chunks per pass)");
   return DET_MK_OK;
 }
 

@@ -6,13 +6,11 @@
 
 #include "../contract/det_act.h"
 #include "../contract/det_argmax.h"
-#include "../contract/det_attention.h"
 #include "../contract/det_model_ops.h"
 #include "../contract/det_norm.h"
 #include "../contract/det_trig.h"
+#include "det_mk_attention.cuh"
 #include "det_mk_warp.cuh"
-
-static_assert(DET_ATTN_CHUNK == 128, "det_mk_attn_scratch_floats assumes 128-position chunks");
 
 // ---- phases -------------------------------------------------------------------------------------
 
@@ -128,100 +126,6 @@ DET_DEV_NOINLINE void det_mk_phase_rope(const det_mk_ctx& c, int64_t l) {
     det_sync_warp();
     if (!is_q)
       for (int64_t d = lane; d < D; d += DET_WARP) sq.k[at + h * D + d] = det_ld(vec + d);
-  }
-}
-
-// ATTN: one warp per (row, query head), over 128-position chunks (docs/SPEC.md §13.4). Per chunk:
-// scores (8 slots per tree), the max in slot order, e = exp(s - m), the canonical sums l and o[d]
-// with slot j in lane j/8's chain, then the merge into the running (M, L, O).
-DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
-  const det_llama_model& m = c.P->model;
-  const det_mk_workspace& ws = c.P->ws;
-  const det_mk_tile& t = *c.tile;
-  const det_llama_layer& L = m.layers[l];
-  const int64_t D = L.head_dim, QD = m.n_heads * D, group = m.n_heads / m.n_kv_heads;
-  const int64_t W = L.window;
-  const float scale = det_rsqrt_f32((float)m.attn_scale_dim);
-  const int lane = det_lane();
-  float* score = c.area + det_warp() * det_mk_attn_scratch_floats(&m);
-  float* ex = score + DET_ATTN_CHUNK;
-  float* O = ex + DET_ATTN_CHUNK;
-  for (int64_t task = c.gwarp; task < t.n * m.n_heads; task += c.nwarps) {
-    const int64_t b = task / m.n_heads, hq = task % m.n_heads, g = hq / group, p = t.pos[b];
-    const det_mk_seq& sq = c.P->prog.seqs[t.seq[b]];
-    const float* kc = sq.k + L.kv_offset + g * D;  // position j at kc + j * kv_row
-    const float* vc = sq.v + L.kv_offset + g * D;
-    const int64_t lo = W > 0 && p - W + 1 > 0 ? p - W + 1 : 0;
-    // The lane's runs of the score's reduction (§9): q elements 8 lane + 256 h + i for
-    // h < DET_MK_HEAD_DIM_MAX / 256 (those below D), one fma chain in that order.
-    constexpr int NH = DET_MK_HEAD_DIM_MAX / (8 * DET_WARP);
-    bool lane_q[NH];
-    float qv[NH][8];
-    for (int h = 0; h < NH; ++h) {
-      lane_q[h] = 8 * lane + 8 * DET_WARP * h < D;
-      for (int i = 0; i < 8; ++i) qv[h][i] = lane_q[h] ? det_ld(ws.q + b * QD + hq * D + 8 * DET_WARP * h + 8 * lane + i) : 0.0f;
-    }
-    det_attn_acc run = {0.0f, 0.0f};
-    for (int64_t ch = lo / DET_ATTN_CHUNK; ch <= p / DET_ATTN_CHUNK; ++ch) {
-      const bool first = ch == lo / DET_ATTN_CHUNK;
-      const int64_t base = ch * DET_ATTN_CHUNK;
-      const int64_t j0 = (lo > base ? lo : base) - base;
-      const int64_t j1 = (p < base + DET_ATTN_CHUNK - 1 ? p : base + DET_ATTN_CHUNK - 1) - base;
-      for (int64_t jg = j0; jg <= j1; jg += 8) {
-        float dot[8];  // the lane's accumulator of q . k for keys jg .. jg + 7
-        for (int s = 0; s < 8; ++s) {
-          const float* kj = kc + (base + jg + s) * m.kv_row + 8 * lane;
-          dot[s] = 0.0f;
-          for (int h = 0; h < NH; ++h)
-            if (lane_q[h] && jg + s <= j1) {
-              for (int i = 0; i < 8; ++i) dot[s] = det_fma_f32(qv[h][i], det_ld(kj + 8 * DET_WARP * h + i), dot[s]);
-              det_work_fma(8);
-            }
-        }
-        det_mk_warp_tree<8>(dot);
-        if (lane == 0)
-          for (int s = 0; s < 8 && jg + s <= j1; ++s) score[jg + s] = det_mul_f32(dot[s], scale);
-      }
-      det_sync_warp();
-      float mx = det_ld(score + j0);
-      for (int64_t j = j0 + 1; j <= j1; ++j) {
-        const float sj = det_ld(score + j);
-        mx = sj > mx ? sj : mx;
-      }
-      for (int64_t j = j0 + lane; j <= j1; j += DET_WARP) ex[j] = det_exp_f32(det_sub_f32(det_ld(score + j), mx));
-      det_sync_warp();
-      // The chunk's length-128 reductions (§9): lane l (l < 16) takes the visible slots of
-      // 8l .. 8l + 7 in one chain; lanes 16..31 take none and hold +0.
-      float e_sum[1] = {0.0f};  // the lane's accumulator of l = sum_j e_j
-      for (int i = 0; i < 8; ++i) {
-        const int64_t j = 8 * lane + i;
-        if (j >= j0 && j <= j1) e_sum[0] = det_add_f32(e_sum[0], det_ld(ex + j));
-      }
-      det_mk_warp_tree<1>(e_sum);
-      det_shfl_idx_n(e_sum, 1, 0);
-      const det_attn_acc part = {mx, e_sum[0]};
-      det_attn_weights w = {1.0f, 1.0f};
-      if (first) run = part;
-      else w = det_attn_merge_stats(&run, part);
-      for (int64_t d0 = 0; d0 < D; d0 += 8) {
-        float ev_sum[8] = {};  // the lane's accumulator of o_d = sum_j e_j v_j[d], d = d0 .. d0 + 7
-        for (int i = 0; i < 8; ++i) {
-          const int64_t j = 8 * lane + i;
-          if (j < j0 || j > j1) continue;
-          const float* vj = vc + (base + j) * m.kv_row + d0;
-          const float ej = det_ld(ex + j);
-          for (int s = 0; s < 8; ++s) ev_sum[s] = det_fma_f32(ej, det_ld(vj + s), ev_sum[s]);
-          det_work_fma(8);
-        }
-        det_mk_warp_tree<8>(ev_sum);
-        if (lane == 0)
-          for (int s = 0; s < 8; ++s)
-            O[d0 + s] = first ? ev_sum[s] : det_attn_merge_value(det_ld(O + d0 + s), ev_sum[s], w);
-      }
-      det_sync_warp();
-    }
-    for (int64_t d = lane; d < D; d += DET_WARP) ws.att[b * QD + hq * D + d] = det_div_f32(det_ld(O + d), run.l);
-    det_sync_warp();
   }
 }
 
@@ -476,7 +380,22 @@ DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
       case DET_STEP_PLE_FINISH: det_mk_phase_ple_finish(c); break;
       case DET_STEP_QKV: det_mk_phase_qkv(c, s); break;
       case DET_STEP_ROPE: det_mk_phase_rope(c, s.layer); break;
-      case DET_STEP_ATTEND: det_mk_phase_attn(c, s.layer); break;
+      case DET_STEP_ATTEND:
+        if (c.P->geo.attn == 0) {
+          det_mk_phase_attn(c, s.layer);
+          break;
+        }
+        if (det_mk_attn_most_chunks(c, s.layer) == 1) {  // one chunk a row: no fold
+          det_mk_phase_attn_chunks(c, s.layer, 0, true);
+          break;
+        }
+        for (int64_t pass = 0, passes = det_mk_attn_passes(c, s.layer); pass < passes; ++pass) {
+          det_mk_phase_attn_chunks(c, s.layer, pass, false);
+          det_mk_grid_sync(c, (int32_t)(2 * i + 1));  // every chunk's partial is written
+          det_mk_phase_attn_fold(c, s.layer, pass);
+          if (pass + 1 < passes) det_mk_grid_sync(c, (int32_t)(2 * i + 1));  // the fold's state, the partials
+        }
+        break;
       case DET_STEP_MLP: det_mk_phase_mlp(c, s); break;
       case DET_STEP_PLE_GATE: det_mk_phase_ple_gate(c, s); break;
       case DET_STEP_RESIDUAL:

@@ -20,7 +20,7 @@
 #   bench           50   20  benchmarks/bench_gpu.py (decode tok/s, b1 and b16), SM clock sampled;
 #                            a row per model as it finishes (over budget only below ~3% of the
 #                            copy bandwidth)
-#   profile        120   60  benchmarks/gpu_profile.py: per-step ms against layers, context (~50,
+#   profile        150   80  benchmarks/gpu_profile.py: per-step ms against layers, context (~50,
 #                            ~1,000, ~4,000) and batch 16, prefill tok/s of 16- and 1,000-token
 #                            prompts, the phase timeline; each beside gpu_model.py's prediction
 #   peers           60   30  benchmarks/peer_torch.py: a stock PyTorch decode step of the same shapes
@@ -62,7 +62,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 SELF="$ROOT/scripts/device_check.sh"
 STAGE_ORDER=(preflight build smoke geometry digests bench profile peers accuracy ncu)
-declare -A BUDGET=([preflight]=30 [build]=180 [smoke]=60 [geometry]=20 [digests]=90 [bench]=50 [profile]=120
+declare -A BUDGET=([preflight]=30 [build]=180 [smoke]=60 [geometry]=20 [digests]=90 [bench]=50 [profile]=150
                    [peers]=60 [accuracy]=50 [ncu]=120)
 RESERVE=10   # seconds kept back from the deadline for the last report
 

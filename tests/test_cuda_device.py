@@ -31,8 +31,9 @@ def test_cuda_equals_cpu_on_wide_inputs(di):
 
 
 # ---- the megakernel -------------------------------------------------------------------------------
-# (grid, warps, ring, tile_rows); 0 = the launcher's choice (every SM, 8 warps, ring 4, 16 rows)
-GPU_GEOMETRIES = [(0, 0, 0, 0), (1, 1, 2, 1), (2, 4, 4, 4), (7, 8, 2, 16), (13, 2, 4, 8)]
+# (grid, warps, ring, tile_rows[, attn]); 0 = the launcher's choice (every SM, 8 warps, ring 4, 16
+# rows); attn > 0: split attention, that many chunks a pass
+GPU_GEOMETRIES = [(0, 0, 0, 0), (1, 1, 2, 1), (2, 4, 4, 4, 1), (7, 8, 2, 16), (13, 2, 4, 8, 32), (0, 0, 0, 0, 32)]
 
 
 @pytest.fixture(scope="module", params=SYNTHETIC)
@@ -41,12 +42,14 @@ def gpu_case(request, di, tmp_path_factory):
     directory = model_dir(name, tmp_path_factory.mktemp("gpu_models"))
 
     def load(g=(0, 0, 0, 0)):
-        geo = dict(zip(("grid", "warps", "ring", "tile_rows"), g))
+        geo = dict(zip(("grid", "warps", "ring", "tile_rows", "attn"), g))
         return di.MegaModel.from_pretrained(directory, device="cuda", max_context=512, geometry=geo)
 
     mm = load()
     teacher, prompt = inputs_for(name, directory, mm.config.vocab_size)
-    return {"name": name, "mm": mm, "load": load, "teacher": teacher, "prompt": prompt, "pins": MODEL_DIGESTS[name]}
+    engine = di.MegaModel.from_pretrained(directory, max_context=512)
+    return {"name": name, "mm": mm, "load": load, "teacher": teacher, "prompt": prompt, "pins": MODEL_DIGESTS[name],
+            "engine": engine}
 
 
 def test_megakernel_teacher_forced_digest(gpu_case):
@@ -120,3 +123,17 @@ def test_kv_cache_that_does_not_fit_the_gpu_is_refused(di):
                head_dim=128, max_position_embeddings=1 << 20)
     with pytest.raises(MemoryError, match=r"needs 500000\.0 MiB, but only .* MiB of memory is available"):
         di.KVState(di.ModelConfig.from_dict(cfg), 1_000_000, device="cuda")
+
+
+@pytest.mark.parametrize("attn", [1, 32])
+def test_split_attention_past_several_chunks(gpu_case, attn):
+    """Split attention (geometry attn) on the GPU: 300 positions, three chunks, in a pass per chunk
+    and in one pass, the CPU engine's bits (tests/test_attention_split.py does this under emulation)."""
+    from det_fixtures import synthetic
+
+    mm = gpu_case["load"]((0, 0, 0, 0, attn))
+    ids = synthetic.token_sequence(300, mm.config.vocab_size, 7)
+    engine = gpu_case["engine"]
+    want = engine.teacher_forced_logits(ids)
+    got = mm.teacher_forced_logits(ids).cpu()
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))

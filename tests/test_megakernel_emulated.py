@@ -12,12 +12,12 @@ from det_fixtures.certification import (N_GEN, N_TEACHER, ROOT, SYNTHETIC, batch
                            logits_digest, model_dir)
 from det_fixtures.pins import MODEL_DIGESTS
 
-# (grid, warps, ring, tile_rows, schedule seed)
-GEOMETRIES = [(1, 1, 2, 1, 0), (2, 2, 4, 2, 11), (3, 1, 4, 16, 12), (5, 2, 2, 4, 13), (2, 4, 2, 8, 14)]
+# (grid, warps, ring, tile_rows, schedule seed[, attn: 0 a warp per query head, C split attention])
+GEOMETRIES = [(1, 1, 2, 1, 0), (2, 2, 4, 2, 11, 1), (3, 1, 4, 16, 12), (5, 2, 2, 4, 13), (2, 4, 2, 8, 14, 32)]
 
 
 def geometry(g):
-    return dict(zip(("grid", "warps", "ring", "tile_rows", "seed"), g))
+    return dict(zip(("grid", "warps", "ring", "tile_rows", "seed", "attn"), g))
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +130,7 @@ def test_raw_op_refuses_bad_programs(di, tmp_root):
     mm = di.MegaModel.from_pretrained(directory, max_context=64, executor="emulated")
     state = mm.new_state(8)
     V = mm.config.vocab_size
-    geo = [2, 2, 2, 16, 0]
+    geo = [2, 2, 2, 16, 0, 0]
 
     def forward(tokens, positions, want=None, geo=geo):
         n = len(tokens)
@@ -148,9 +148,13 @@ def test_raw_op_refuses_bad_programs(di, tmp_root):
     with pytest.raises(ValueError, match="increasing position order"):
         forward([5, 6], [3, 3])
     with pytest.raises(ValueError, match="tile_rows must be"):
-        forward([5], [0], geo=[2, 2, 2, 3, 0])
+        forward([5], [0], geo=[2, 2, 2, 3, 0, 0])
     with pytest.raises(ValueError, match="warps must be"):
-        forward([5], [0], geo=[2, 0, 2, 16, 0])
+        forward([5], [0], geo=[2, 0, 2, 16, 0, 0])
+    with pytest.raises(ValueError, match="attn must be"):
+        forward([5], [0], geo=[2, 2, 2, 16, 0, 33])
+    with pytest.raises(ValueError, match=r"geometry is \[grid, warps, ring, tile_rows, seed, attn\], got 5"):
+        forward([5], [0], geo=[2, 2, 2, 16, 0])
 
 
 @pytest.mark.parametrize("head_dim,message", [(20, "multiples of 8"), (520, "head_dim up to 512")])

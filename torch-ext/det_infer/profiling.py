@@ -51,8 +51,9 @@ def phase_timeline(mm, prompts, max_new, capacity=1024, work=None):
 
 
 def phases(timeline, plan):
-    """One dict per synchronization: kind (the plan step's, "out_norm" for a residual's second
-    phase, "pick" for the end of a decode step), layer, and phase / spread / release in us."""
+    """One dict per synchronization: kind (the plan step's; "out_norm" for a residual's second
+    phase, "attend_chunks" for split attention's chunk phase (and its passes but the last), "pick"
+    for the end of a decode step), layer, and phase / spread / release in us."""
     arrive, leave = timeline["arrive"], timeline["leave"]
     rows = []
     for j, tag in enumerate(timeline["tags"]):
@@ -60,7 +61,8 @@ def phases(timeline, plan):
             kind, layer = "pick", -1
         else:
             step = plan[tag // 2]
-            kind, layer = ("out_norm" if tag % 2 else step["kind"]), step["layer"]
+            half = {"residual": "out_norm", "attend": "attend_chunks"}.get(step["kind"], step["kind"] + "_part")
+            kind, layer = (half if tag % 2 else step["kind"]), step["layer"]
         last_in = int(arrive[j].max())
         start = int(leave[j - 1].max()) if j else int(arrive[j].min())
         rows.append(dict(kind=kind, layer=layer, phase_us=(last_in - start) / 1e3,

@@ -1,0 +1,78 @@
+"""Split attention (geometry attn = C > 0: units of (row, query head, 128-position chunk) over the
+whole grid, then a fold per (row, query head) in increasing chunk order, C chunks per pass) gives
+the CPU engine's bits past several chunks: for every family's attention (full, sliding windows that
+start inside a chunk, Gemma's local and global layers, Gemma-4's shared K/V), in one pass and in
+many, for batch rows at different positions; and it spreads the work: the busiest warp's attention
+falls from a whole head's context to one chunk. About a minute on 2 cores."""
+import importlib
+
+import pytest
+import torch
+from det_fixtures import synthetic
+from det_fixtures.certification import model_dir
+
+N = 300  # positions: three chunks of 128
+
+
+def same_bits(a, b):
+    return a.shape == b.shape and torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return tmp_path_factory.mktemp("attn_split")
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "gemma3", "gemma4"])
+def test_split_attention_equals_the_engine_past_two_chunks(di, models, family):
+    directory = model_dir(family, models)
+    engine = di.MegaModel.from_pretrained(directory, max_context=512)
+    ids = synthetic.token_sequence(N, engine.config.vocab_size, 7)
+    want = engine.teacher_forced_logits(ids)
+    for geo in (dict(grid=3, warps=2, ring=2, tile_rows=8, seed=4, attn=1),  # a pass per chunk: the fold's state
+                dict(grid=2, warps=4, ring=4, tile_rows=16, seed=9, attn=32)):  # one pass
+        mm = di.MegaModel.from_pretrained(directory, max_context=512, executor="emulated", geometry=geo)
+        assert same_bits(mm.teacher_forced_logits(ids), want), (family, geo)
+
+
+def test_split_attention_batch_rows_at_different_positions(di, models):
+    directory = model_dir("llama", models)
+    engine = di.MegaModel.from_pretrained(directory, max_context=512)
+    V = engine.config.vocab_size
+    prompts = [synthetic.token_sequence(n, V, 10 + n) for n in (20, 290, 140)]
+    tokens, logits = engine.generate_batch(prompts, max_new=3, return_logits=True)
+    mm = di.MegaModel.from_pretrained(directory, max_context=512, executor="emulated",
+                                      geometry=dict(grid=3, warps=2, ring=2, tile_rows=4, seed=5, attn=2))
+    got_tokens, got_logits = mm.generate_batch(prompts, max_new=3, return_logits=True)
+    assert got_tokens == tokens
+    assert all(same_bits(a, b) for a, b in zip(got_logits, logits))
+
+
+def test_split_attention_spreads_the_work(di, models):
+    """Batch 1 at position ~300 (llama: 4 query heads, head_dim 48, 16 warps): with attn 0 the
+    busiest warp walks the whole context of one head, 2 x 48 fmas per slot; split, it walks at most
+    one chunk of 128 slots, and the units spread over 4 heads x 3 chunks = 12 warps."""
+    prof = importlib.import_module(di.__name__ + ".profiling")
+    directory = model_dir("llama", models)
+    prompt = synthetic.token_sequence(N - 2, 1000, 3)
+    busiest = {}
+    for attn in (0, 32):
+        mm = di.MegaModel.from_pretrained(directory, max_context=512, executor="emulated",
+                                          geometry=dict(grid=4, warps=4, ring=2, tile_rows=16, seed=0, attn=attn))
+        tl = prof.work_profile(mm, [prompt], 2, capacity=4096)
+        rows = prof.work_rows(tl, mm.layer_plan())
+        decode = rows[tl["tags"].index(-1) + 1:]
+        attend = [r for r in decode if r["kind"] in ("attend", "attend_chunks")]
+        busiest[attn] = max(r["fmas_max"] for r in attend)
+        if attn:
+            chunks = [r for r in decode if r["kind"] == "attend_chunks"]
+            assert chunks and all(r["busy"] == 4 * 3 for r in chunks)
+    pos = N - 2  # the decode step's position
+    assert busiest[0] == (pos + 1) * 2 * 48
+    assert busiest[32] <= 128 * 2 * 48
+
+
+@pytest.mark.parametrize("bad", [33, -1])
+def test_bad_attn_geometry(di, models, bad):
+    with pytest.raises(ValueError, match="attn must be"):
+        di.MegaModel.from_pretrained(model_dir("llama", models), executor="emulated", geometry=dict(attn=bad))
