@@ -36,6 +36,10 @@ def main():
     vocab = mm.config.vocab_size
     c = gpu_model.card("h200")
     constants = gpu_model.fit(c, gpu_model.load_runs(gpu_model.RUNS / c.runs)[1])
+    warm = mm.new_state(64)  # the memory-mapped weights paged in, the threads started
+    mm.prefill([3 + i for i in range(32)], warm)
+    for i in range(8):
+        mm.decode_step(5, 32 + i, warm)
     print(f"CPU engine, SmolLM2-135M-Instruct bf16, {args.threads} threads; decode_step medians of {args.reps}")
     print("| position | prefill s | CPU decode ms | CPU tok/s | H200 predicted tok/s, attn 0 | attn 32 |")
     print("|---|---|---|---|---|---|")
