@@ -14,8 +14,8 @@ benchmarks/gpu_model.py's prediction for the card its constants were fitted to (
   timeline  one launch with the phase timeline on (det_infer.profiling): per kind of phase, its
             median length, how long the fastest block waited for the slowest, the barrier's release;
             under emulation also the work profile: busy warps, the busiest warp against the mean
---ncu-target runs only what Nsight Compute profiles (a prompt, then decode steps of the first
-shape, one launch each; device_check's ncu stage picks the 5th launch).
+--ncu-target runs only what Nsight Compute profiles (a prompt, then 4 decode steps of the first
+shape, one launch each; device_check's ncu stage picks the 5th launch: one decode step).
 
     LOCAL_KERNELS=phanerozoic/det-infer=$PWD/build python3 benchmarks/gpu_profile.py [--models ...]
     ... --executor emulated --models synthetic-llama --quick    (the dry run: emulated, tiny, CI)
@@ -179,13 +179,16 @@ def timeline(di, mm, steps):
 
 
 def ncu_target(di, name, device, executor):
-    """What device_check's ncu stage profiles: launches 1-4 warm up, launch 5 is one decode step."""
+    """What device_check's ncu stage profiles (--launch-skip 4 --launch-count 1): launch 1 fills a
+    prompt, launches 2-5 are single decode steps; the 5th launch is one decode step at position 19."""
     b = Bench(di, name, device, executor, 1, max_context=PROMPT_LEN + 8)
     mm = b.model()
-    for _ in range(4):
-        b.launch(mm, 1, PROMPT_LEN, 1)
-    b.launch(mm, 1, PROMPT_LEN, 2)
-    print("ncu target: 5 launches done")
+    state = mm.new_state(PROMPT_LEN + 8)
+    mm.prefill([3 + i for i in range(PROMPT_LEN)], state)
+    for i in range(4):
+        mm.decode_step(5, PROMPT_LEN + i, state)
+    sync(device)
+    print("ncu target: a prompt, then 4 decode steps (5 launches) done")
 
 
 def main():
