@@ -285,10 +285,8 @@ def predict(c, constants, shape, batch=1, position=50, prompt=0, geometry=None, 
         t = launch_terms(plan, cfg, geo, c.sms, batch, prompt, 0)
         s = seconds(t, constants)
         return s, batch * prompt / s
-    t = dict.fromkeys(TERMS, 0.0)
-    for r0 in range(0, batch, geo["tile_rows"]):
-        t = _add(t, tile_terms(plan, cfg, geo, c.sms, [position] * min(geo["tile_rows"], batch - r0),
-                               min(geo["tile_rows"], batch - r0), pick=True))
+    t = launch_terms(plan, cfg, geo, c.sms, batch, 0, 1, first_pos=position)
+    t["launch"] = 0.0  # a step inside a launch
     s = seconds(t, constants)
     return s, batch / s
 

@@ -100,12 +100,9 @@ def predictor(card):
     def step(shape, layers=None, batch=1, position=PROMPT_LEN + 31, attn=0):
         if shape not in SHAPES:
             return None
-        cfg = gpu_model.shape_config(shape, layers=layers)
-        plan = gpu_model.layer_plan(cfg)
-        geo = dict(c.geometry, attn=attn)
-        t = gpu_model.launch_terms(plan, cfg, geo, c.sms, batch, 0, 1, first_pos=position)
-        t["launch"] = 0.0
-        return 1e3 * gpu_model.seconds(t, constants)
+        overrides = {"num_hidden_layers": layers} if layers else None
+        return 1e3 * gpu_model.predict(c, constants, shape, batch, position, geometry={"attn": attn},
+                                       overrides=overrides)[0]
 
     def prefill(shape, prompt, attn=0):
         if shape not in SHAPES:

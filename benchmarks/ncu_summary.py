@@ -100,14 +100,9 @@ def _fields(line, width=None):
 
 
 def _num(s):
-    s = s.replace(",", "")
-    try:
-        return int(s)
-    except ValueError:
-        try:
-            return float(s)
-        except ValueError:
-            return 0
+    """A CSV cell as a number (0 when it is not one)."""
+    v = _value(s)
+    return v if isinstance(v, (int, float)) else 0
 
 
 def _zero():

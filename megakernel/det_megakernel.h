@@ -71,7 +71,8 @@ struct det_mk_program {
   // Profiling (null: off): thread 0 of every block stamps det_globaltimer() when its block has
   // reached grid synchronization j (arrival) and when it leaves it, for the first timeline_cap
   // synchronizations: timeline[(j * grid + block) * 2 + {0, 1}]; block 0 writes timeline_tag[j]:
-  // 2 * plan step + (1: a residual step's output norm), or -1 for the end of a decode step.
+  // 2 * plan step + 1 for a step's inner barriers (a residual step's output norm; split attention's
+  // chunks and passes), 2 * plan step for its last, or -1 for the end of a decode step.
   uint64_t* timeline;
   int32_t* timeline_tag;
   int64_t timeline_cap;
@@ -205,6 +206,5 @@ int det_mk_plan_geometry(const det_llama_model* m, det_mk_geometry* g, const det
 int det_mk_run_emulated(const det_mk_params* p);
 // The same, counting each warp's work per phase into work ((phases, grid * warps, 4) int64, zeroed:
 // global bytes, shared bytes, loads, fmas, per the SIMT layer's det_ld / det_work_fma) for the
-// first `phases` phases (a phase ends at a grid synchronization: the profiling timeline's j);
-// *seen: the phases the launch had.
-int det_mk_run_emulated_counted(const det_mk_params* p, int64_t* work, int64_t phases, int64_t* seen);
+// first `phases` phases (a phase ends at a grid synchronization: the profiling timeline's j).
+int det_mk_run_emulated_counted(const det_mk_params* p, int64_t* work, int64_t phases);

@@ -12,6 +12,11 @@
 
 static_assert(DET_ATTN_CHUNK == 128, "det_mk_attn_scratch_floats assumes 128-position chunks");
 
+// The first position a row at position p sees in layer L (its window, or 0).
+DET_DEV int64_t det_mk_attn_lo(const det_llama_layer& L, int64_t p) {
+  return L.window > 0 && p - L.window + 1 > 0 ? p - L.window + 1 : 0;
+}
+
 // One query head's view of one row's attention in layer l: its q slice in the lane's registers (q
 // elements 8 lane + 256 h + i, h < DET_MK_HEAD_DIM_MAX / 256, those below D: the lane's runs of the
 // score's reduction, §9) and where the cache's keys and values of its KV head start.
@@ -28,13 +33,13 @@ DET_DEV det_mk_attn_head det_mk_attn_head_of(const det_mk_ctx& c, int64_t l, int
   const det_llama_model& m = c.P->model;
   const det_llama_layer& L = m.layers[l];
   const int64_t D = L.head_dim, QD = m.n_heads * D, g = hq / (m.n_heads / m.n_kv_heads);
-  const int64_t p = c.tile->pos[b], W = L.window;
+  const int64_t p = c.tile->pos[b];
   const det_mk_seq& sq = c.P->prog.seqs[c.tile->seq[b]];
   const int lane = det_lane();
   det_mk_attn_head a;
   a.kc = sq.k + L.kv_offset + g * D;
   a.vc = sq.v + L.kv_offset + g * D;
-  a.lo = W > 0 && p - W + 1 > 0 ? p - W + 1 : 0;
+  a.lo = det_mk_attn_lo(L, p);
   a.p = p;
   for (int h = 0; h < det_mk_attn_head::NH; ++h) {
     a.lane_q[h] = 8 * lane + 8 * DET_WARP * h < D;
@@ -157,8 +162,7 @@ DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
 // Split attention (geometry attn = C > 0). Row b's chunks are numbered from its first visible one;
 // pass `pass` covers chunk numbers pass * C .. pass * C + C - 1.
 DET_DEV int64_t det_mk_attn_chunks(const det_llama_layer& L, int64_t p) {
-  const int64_t lo = L.window > 0 && p - L.window + 1 > 0 ? p - L.window + 1 : 0;
-  return p / DET_ATTN_CHUNK - lo / DET_ATTN_CHUNK + 1;
+  return p / DET_ATTN_CHUNK - det_mk_attn_lo(L, p) / DET_ATTN_CHUNK + 1;
 }
 DET_DEV int64_t det_mk_attn_most_chunks(const det_mk_ctx& c, int64_t l) {  // the same in every block
   const det_llama_layer& L = c.P->model.layers[l];

@@ -120,17 +120,14 @@ det_mk_geometry run(const NativeModel& nm, HostProgram& h, det_mk_program prog, 
     p.ws = det_mk_workspace_carve(&nm.model, geo.tile_rows, ws.data_ptr());
     p.geo = geo;
     attach_timeline(p.prog, tl, geo, dev);
-    if (tl.work && tl.work->numel() > 0) {
+    const bool counted = tl.work && tl.work->numel() > 0;
+    if (counted)
       TORCH_CHECK_VALUE(tl.work->scalar_type() == torch::kInt64 && tl.work->is_contiguous() && tl.work->is_cpu(),
                         "det-infer: the work profile is a contiguous int64 CPU tensor");
-      const int64_t per_phase = (int64_t)geo.grid * geo.warps * 4, seen_max = tl.work->numel() / per_phase;
-      int64_t seen = 0;
-      rc = det_mk_run_emulated_counted(&p, tl.work->data_ptr<int64_t>(), seen_max, &seen);
-      check(rc == DET_MK_OK ? rc : DET_MK_ERR_DEADLOCK, "a synchronization was not reached by every thread (deadlock)",
-            "emulation failed");
-      return geo;
-    }
-    check(det_mk_run_emulated(&p), "a synchronization was not reached by every thread (deadlock)", "emulation failed");
+    rc = counted ? det_mk_run_emulated_counted(&p, tl.work->data_ptr<int64_t>(),
+                                               tl.work->numel() / ((int64_t)geo.grid * geo.warps * 4))
+                 : det_mk_run_emulated(&p);
+    check(rc, "a synchronization was not reached by every thread (deadlock)", "emulation failed");
     return geo;
   }
 #if defined(CUDA_KERNEL)

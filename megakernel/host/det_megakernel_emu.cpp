@@ -30,11 +30,9 @@ int run(const det_mk_params* p, det_simt_host::WorkProfile* work) {
 
 int det_mk_run_emulated(const det_mk_params* p) { return run(p, nullptr); }
 
-int det_mk_run_emulated_counted(const det_mk_params* p, int64_t* work, int64_t phases, int64_t* seen) {
+int det_mk_run_emulated_counted(const det_mk_params* p, int64_t* work, int64_t phases) {
   det_simt_host::WorkProfile w;
   w.counts = work;
   w.phases_cap = phases;
-  const int rc = run(p, &w);
-  if (seen) *seen = w.phases_seen;
-  return rc;
+  return run(p, &w);
 }

@@ -568,7 +568,6 @@ int launch_impl(int grid, int block, size_t smem_bytes, uint64_t seed, void (*ke
   int finished = 0;
   for (Fiber& f : L.fibers) {
     finished += f.done;
-    if (work && f.phase + 1 > work->phases_seen) work->phases_seen = f.phase + 1;
 #if defined(DET_SIMT_ASAN)
     for (const Copy& c : f.copies) ASAN_UNPOISON_MEMORY_REGION(c.dst, c.bytes);  // a parked fiber's
 #endif
@@ -590,7 +589,6 @@ int launch(int grid, int block, size_t smem_bytes, uint64_t seed, void (*kernel)
 int launch_counted(int grid, int block, size_t smem_bytes, uint64_t seed, void (*kernel)(void*), void* arg,
                    WorkProfile* work) {
   if (!work || !work->counts || work->phases_cap < 1) return -1;
-  work->phases_seen = 0;
   __atomic_fetch_add(&work_counting, 1, __ATOMIC_RELAXED);
   const int rc = launch_impl(grid, block, smem_bytes, seed, kernel, arg, work);
   __atomic_fetch_sub(&work_counting, 1, __ATOMIC_RELAXED);

@@ -24,7 +24,6 @@ enum WorkKind { kGlobalBytes, kSharedBytes, kLoads, kFmas, kWorkKinds };
 struct WorkProfile {
   int64_t phases_cap = 0;        // phases kept (later work is not counted)
   int64_t* counts = nullptr;     // (phases_cap, grid * warps, kWorkKinds), zeroed by the caller
-  int64_t phases_seen = 0;       // out: the most phases any thread passed, plus one
 };
 // launch() with the work profile on (one launch at a time in the process).
 int launch_counted(int grid, int block, size_t smem_bytes, uint64_t seed, void (*kernel)(void*), void* arg,

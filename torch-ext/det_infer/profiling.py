@@ -61,8 +61,8 @@ def phases(timeline, plan):
             kind, layer = "pick", -1
         else:
             step = plan[tag // 2]
-            half = {"residual": "out_norm", "attend": "attend_chunks"}.get(step["kind"], step["kind"] + "_part")
-            kind, layer = (half if tag % 2 else step["kind"]), step["layer"]
+            inner = {"residual": "out_norm", "attend": "attend_chunks"}  # the steps with inner barriers
+            kind, layer = (inner[step["kind"]] if tag % 2 else step["kind"]), step["layer"]
         last_in = int(arrive[j].max())
         start = int(leave[j - 1].max()) if j else int(arrive[j].min())
         rows.append(dict(kind=kind, layer=layer, phase_us=(last_in - start) / 1e3,
