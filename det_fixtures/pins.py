@@ -45,6 +45,14 @@ MODEL_DIGESTS = {
         "teacher_forced": "7011a256676d12cc16b31eccdad6fce5dd6851f28bdf37c25c3edbe981a377a2",
         "generation": "2d3ad4699897582ed32c069ee020344c9fe82cbfb1f7fe1855c5d93bbd82e177",
     },
+    # Qwen2's biased q, k, v projections (det_fixtures/synthetic.py), tied embeddings. Pinned after the
+    # CPU engine and the emulated megakernel (two geometries, split attention among them) agreed and
+    # the logits matched transformers' Qwen2ForCausalLM in float64 (max 2.9e-6, mean 4.3e-7 over 300
+    # positions; argmax 300/300).
+    "qwen2": {
+        "teacher_forced": "6f20c7211a15e96669c2add274229f608e6e24a9dfc988bd2289813d84fe175c",
+        "generation": "c341e937e057d970147010924a97d1ff26a3af9d7018c45aedfeb9f854c1cb5f",
+    },
     "smollm2": {
         "teacher_forced": "60faa08ec33603b63ecfb4ef162e7f590cec9ba89612e640b9c2960f7b282fe3",
         "generation": "0291372f52b5cda7433d4980dcb4cde2a0817d23b913e20f668be521e89e75e2",
@@ -57,6 +65,15 @@ MODEL_DIGESTS = {
     "gemma3-270m": {
         "teacher_forced": "069754a08c3f1dbc397f80dde1c919b7434d01da1985c01c8ed5b0579eb10874",
         "generation": "0f68dad029db0887f19834f1ec7e0362b1e494252a53e4eb089b2a718b434002",
+    },
+    # The real Qwen2.5-Coder-0.5B-Instruct-AWQ (Q4_K_M GGUF, sha256 real_models.QWEN2_GGUF_SHA256;
+    # optional, see real_models.qwen2_gguf), inputs as for "smollm2" through its own tokenizer. Pinned
+    # after from_gguf equalled the transformers-converted bf16 checkpoint bit for bit, the emulated
+    # megakernel gave the teacher-forced digest, and the logits matched Qwen2ForCausalLM in float64
+    # (max 3.6e-5, mean 1.5e-6 over 160 positions of logits averaging 4.5 in magnitude; argmax 160/160).
+    "qwen2.5-coder-0.5b": {
+        "teacher_forced": "379ac4e1fcf3ab816309c927d08f8721ec1fb58e8cd2878e21d0d5dbb6de7c9c",
+        "generation": "c37b3e17d3995b89bbbd4fe426ebeedaa8a1eca00bebbf19a8e7c28cf53bc9f6",
     },
     # SmolLM2 quantized to nf4 by transformers + bitsandbytes (det_fixtures/real_models.py), same inputs as
     # "smollm2". Pinned after the CPU engine and the emulated megakernel agreed and the logits

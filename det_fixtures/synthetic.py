@@ -35,6 +35,13 @@ CONFIGS = {
         head_dim=32, rms_norm_eps=1e-5, max_position_embeddings=2048, tie_word_embeddings=False,
         hidden_act="silu", bos_token_id=1, eos_token_id=2, sliding_window=40,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    # Qwen2's biased q, k and v projections (o_proj has none), tied embeddings like Qwen2.5-0.5B.
+    "qwen2": dict(
+        architectures=["Qwen2ForCausalLM"], model_type="qwen2", vocab_size=1000, hidden_size=128,
+        intermediate_size=288, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=48, rms_norm_eps=2e-6, max_position_embeddings=2048, tie_word_embeddings=True,
+        hidden_act="silu", bos_token_id=1, eos_token_id=2, use_sliding_window=False, sliding_window=4096,
+        max_window_layers=3, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
     # Gemma-3's layer pattern at a small width: sliding layers (window 40, their own rope theta)
     # around a full-attention one, query_pre_attn_scalar != head_dim, tied embeddings.
     "gemma3": dict(
@@ -99,6 +106,11 @@ def _gemma4_state_dict(c, seed):
             qk = n.startswith("self_attn")
             sd[p + n] = irwin_hall_bf16(p + n, (size,), -3, 0.4 if qk else 1.0, seed)
         sd[p + "layer_scalar"] = irwin_hall_bf16(p + "layer_scalar", (1,), -2, 0.75, seed)
+        if c.get("attention_bias"):  # q and o on every layer, k and v where the layer has its own
+            own = i < first_shared
+            for n, size in (("q", QD), ("o", H)) + ((("k", KVD), ("v", KVD)) if own else ()):
+                sd[f"{p}self_attn.{n}_proj.bias"] = irwin_hall_bf16(f"{p}self_attn.{n}_proj.bias", (size,), -3,
+                                                                    seed=seed)
     return sd
 
 
@@ -147,6 +159,12 @@ def state_dict(family, seed=0, config=None):
         if family in ("qwen3", "gemma3"):
             for n in ("self_attn.q_norm.weight", "self_attn.k_norm.weight"):
                 sd[p + n] = irwin_hall_bf16(p + n, (D,), -3, one, seed)
+        biased = (("q", QD), ("k", KVD), ("v", KVD)) if family == "qwen2" else ()
+        if c.get("attention_bias"):
+            biased = (("q", QD), ("k", KVD), ("v", KVD), ("o", H))
+        for n, size in biased:  # k's the largest, as in the released Qwen2 models
+            name = f"{p}self_attn.{n}_proj.bias"
+            sd[name] = irwin_hall_bf16(name, (size,), 1 if n == "k" else -1, seed=seed)
     return sd
 
 

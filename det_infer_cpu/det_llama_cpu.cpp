@@ -100,6 +100,12 @@ void rope_heads(float* v, int64_t heads, int64_t head_dim, const det_rope_table&
 }
 
 // x = fl(x * s) elementwise (Gemma-4's layer scalar).
+// Each of B rows of n values plus the bias (n,): y = fl(y + bias), the projection's bias add.
+void add_bias(float* y, const float* bias, int64_t B, int64_t n) {
+  if (!bias) return;
+  for (int64_t b = 0; b < B; ++b) add_into(y + b * n, bias, n);
+}
+
 DET_CPU_CLONES void scale_into(float* x, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = det_mul_f32(x[i], s);
 }
@@ -222,7 +228,8 @@ void step_ple_finish(const Rows& r) {
   }
 }
 
-// QKV: the attention input norm, then Wq (and Wk, Wv for a layer that stores its own K/V).
+// QKV: the attention input norm, then Wq (and Wk, Wv for a layer that stores its own K/V), each
+// plus its bias when the model has them.
 void step_qkv(const Rows& r, const det_step& s) {
   const det_llama_model* m = r.m;
   const det_llama_layer& L = m->layers[s.layer];
@@ -230,6 +237,9 @@ void step_qkv(const Rows& r, const det_step& s) {
   rmsnorm(r.w.x.data(), L.attn_norm, r.w.h.data(), r.B, m->hidden, m->rms_eps);
   const GemvPart qkv[3] = {{&L.wq, QD, r.w.q.data()}, {&L.wk, KVD, r.w.k.data()}, {&L.wv, KVD, r.w.v.data()}};
   gemv_parts(qkv, L.kv_source == s.layer ? 3 : 1, s.k, r.w.h.data(), r.B);
+  add_bias(r.w.q.data(), L.bq, r.B, QD);
+  add_bias(r.w.k.data(), L.bk, r.B, KVD);
+  add_bias(r.w.v.data(), L.bv, r.B, KVD);
 }
 
 // ROPE: head norms, the rotation, and the row's K and V into its cache at its position.
@@ -291,10 +301,11 @@ void step_ple_gate(const Rows& r, const det_step& s) {
                 r.w.gate.data() + b * P, P);
 }
 
-// RESIDUAL: y = in·W, normalized first when the step has an output norm; x += y; then the scalar.
+// RESIDUAL: y = in·W (plus its bias), normalized first when the step has an output norm; x += y; then the scalar.
 void step_residual(const Rows& r, const det_step& s) {
   const float* in = s.input == DET_IN_ATT ? r.w.att.data() : r.w.gate.data();
   gemv(s.w, s.n, s.k, in, r.B, r.w.tmp.data());
+  add_bias(r.w.tmp.data(), s.bias, r.B, s.n);
   if (s.norm) rmsnorm(r.w.tmp.data(), s.norm, r.w.tmp.data(), r.B, s.n, r.m->rms_eps);
   add_into(r.w.x.data(), r.w.tmp.data(), r.B * s.n);
   if (s.scalar) scale_into(r.w.x.data(), *s.scalar, r.B * s.n);

@@ -65,8 +65,9 @@ DET_DEV void det_mk_embed_rows(const det_mk_ctx& c) {
   }
 }
 
-// QKV: q, k, v (rows x outputs) = normalized rows times Wq, Wk, Wv (one range of rows); a layer
-// that reads another's K/V (Gemma-4) computes q only (s.n outputs).
+// QKV: q, k, v (rows x outputs) = normalized rows times Wq, Wk, Wv (one range of rows), plus the
+// biases when the model has them; a layer that reads another's K/V (Gemma-4) computes q only (s.n
+// outputs).
 DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, const det_step& s) {
   const det_llama_model& m = c.P->model;
   const det_llama_layer& L = m.layers[s.layer];
@@ -82,11 +83,12 @@ DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, const det_step& s) {
     auto emit = [&](int64_t it, const float* y) {
       if (det_lane() != 0) return;
       const int64_t n = det_mk_output(c, it);
-      for (int b = 0; b < nb; ++b) {
-        if (n < QD) ws.q[b * QD + n] = y[b];
-        else if (n < QD + KVD) ws.k[b * KVD + n - QD] = y[b];
-        else ws.v[b * KVD + n - QD - KVD] = y[b];
-      }
+      // Output n of q, k or v: its buffer, row length, index in the row and bias (or null).
+      const bool is_q = n < QD, is_k = !is_q && n < QD + KVD;
+      float* out = is_q ? ws.q : is_k ? ws.k : ws.v;
+      const int64_t len = is_q ? QD : KVD, j = is_q ? n : is_k ? n - QD : n - QD - KVD;
+      const float* bias = is_q ? L.bq : is_k ? L.bk : L.bv;
+      for (int b = 0; b < nb; ++b) out[b * len + j] = bias ? det_add_f32(y[b], det_ld(bias + j)) : y[b];
     };
     det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, c.area, H, nb, emit);
   });
@@ -129,9 +131,9 @@ DET_DEV_NOINLINE void det_mk_phase_rope(const det_mk_ctx& c, int64_t l) {
   }
 }
 
-// RESIDUAL: rows of W (H x K) over the step's input rows (att or act); the result is added to the
-// residual stream (then scaled by the layer scalar, if the step has one), or, when the step
-// normalizes it first (Gemma), kept in ws.out for det_mk_phase_out_norm.
+// RESIDUAL: rows of W (H x K) over the step's input rows (att or act), plus the step's bias; the
+// result is added to the residual stream (then scaled by the layer scalar, if the step has one),
+// or, when the step normalizes it first (Gemma), kept in ws.out for det_mk_phase_out_norm.
 DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_step& s) {
   const int64_t H = c.P->model.hidden;
   float* x = c.P->ws.x;
@@ -143,11 +145,13 @@ DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_
     auto emit = [&](int64_t it, const float* y) {
       if (det_lane() != 0) return;
       const int64_t n = det_mk_output(c, it);
+      const float bias = s.bias ? det_ld(s.bias + n) : 0.0f;
       for (int b = 0; b < nb; ++b) {
+        const float yb = s.bias ? det_add_f32(y[b], bias) : y[b];
         if (s.norm) {
-          out[b * H + n] = y[b];
+          out[b * H + n] = yb;
         } else {
-          x[b * H + n] = det_add_f32(det_ld(x + b * H + n), y[b]);
+          x[b * H + n] = det_add_f32(det_ld(x + b * H + n), yb);
           if (s.scalar) x[b * H + n] = det_mul_f32(x[b * H + n], *s.scalar);
         }
       }

@@ -13,12 +13,12 @@ enum det_step_kind {
   DET_STEP_EMBED,        // x = the tokens' embedding rows (§13.3 step 1); each row's rope (sin, cos)
   DET_STEP_PLE_PROJECT,  // Gemma-4's per-layer inputs (§13.7), 1: ple = fl(x·Wproj * rsqrt(H))
   DET_STEP_PLE_FINISH,   // 2: each (row, layer) slice: RMSNorm, then det_ple_combine_f32
-  DET_STEP_QKV,          // h = RMSNorm(x, attn_norm); q, k, v = h·Wq, h·Wk, h·Wv (q only: shared K/V)
+  DET_STEP_QKV,          // h = RMSNorm(x, attn_norm); q, k, v = h·Wq, h·Wk, h·Wv (q only: shared K/V), + biases
   DET_STEP_ROPE,         // q, k, v head norms, the rotation of q and k, k and v into the cache
   DET_STEP_ATTEND,       // att = each query head's attention over the cache (§13.4)
   DET_STEP_MLP,          // h = RMSNorm(x, mlp_norm); act = act(h·Wgate) * (h·Wup)
   DET_STEP_PLE_GATE,     // act = gelu(x·Wgate) * the layer's per-layer input (x not normalized)
-  DET_STEP_RESIDUAL,     // y = in·W; with a norm y = RMSNorm(y); x = fl(x + y); with a scalar x = fl(x * s)
+  DET_STEP_RESIDUAL,     // y = in·W (+ bias); with a norm y = RMSNorm(y); x = fl(x + y); with a scalar x = fl(x * s)
   DET_STEP_HEAD,         // the wanted rows' logits: RMSNorm(x, final_norm)·lm_head, softcapped if set
   DET_STEP_KINDS
 };
@@ -38,6 +38,7 @@ struct det_step {
                             // embedding rows instead (the megakernel does, saving a grid barrier)
   int64_t n, k;             // outputs and input length of the step's matrix products (0: none)
   det_matrix w;             // DET_STEP_RESIDUAL: its projection
+  const float* bias;        // DET_STEP_RESIDUAL: the projection's bias (o_proj with attention_bias) or null
   const float* norm;        // DET_STEP_RESIDUAL: the output norm (Gemma) or null
   const float* scalar;      // DET_STEP_RESIDUAL: the layer scalar applied after it (Gemma-4) or null
 };

@@ -25,9 +25,10 @@ inline void det_layer_plan_build(det_llama_model& m, std::vector<det_step>& step
     steps.push_back(s);
     return steps.back();
   };
-  auto residual = [&](int64_t l, const det_matrix& w, int input, int64_t k, const float* norm) {
+  auto residual = [&](int64_t l, const det_matrix& w, int input, int64_t k, const float* norm,
+                      const float* bias = nullptr) {
     det_step& s = add(DET_STEP_RESIDUAL, l, m.hidden, k);
-    s.w = w, s.input = input, s.norm = norm;
+    s.w = w, s.input = input, s.norm = norm, s.bias = bias;
   };
   const int64_t H = m.hidden, P = m.ple_dim;
   add(DET_STEP_EMBED, -1, 0, 0);
@@ -41,7 +42,7 @@ inline void det_layer_plan_build(det_llama_model& m, std::vector<det_step>& step
     add(DET_STEP_QKV, l, L.kv_source == l ? QD + 2 * KVD : QD, H).reads_embedding = l == 0 && P == 0;
     add(DET_STEP_ROPE, l, 0, 0);
     add(DET_STEP_ATTEND, l, 0, 0);
-    residual(l, L.wo, DET_IN_ATT, QD, L.attn_out_norm);
+    residual(l, L.wo, DET_IN_ATT, QD, L.attn_out_norm, L.bo);
     add(DET_STEP_MLP, l, L.inter, H);
     residual(l, L.w_down, DET_IN_ACT, L.inter, L.mlp_out_norm);
     if (P > 0) {

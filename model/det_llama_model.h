@@ -1,5 +1,5 @@
 // det_llama_model.h: what every executor takes: a llama-family model (Llama, Qwen3, Mistral,
-// Gemma-3, Gemma-4 text) as weight pointers (the seven per-layer projections dense bf16 or
+// Gemma-3, Gemma-4 text, Qwen2) as weight pointers (the seven per-layer projections dense bf16 or
 // nf4-packed, det_nf4.h; norms as fp32 multipliers, docs/SPEC.md §13.2) plus the shapes and
 // switches the contract depends on, and one sequence's fp32 KV cache.
 // The CPU engine reads host pointers; the megakernel reads the same struct holding device
@@ -18,6 +18,12 @@ struct det_llama_layer {
   det_matrix wk;               // (kv_heads*head_dim, hidden); unset when kv_source != this layer
   det_matrix wv;               // (kv_heads*head_dim, hidden); unset when kv_source != this layer
   det_matrix wo;               // (hidden, heads*head_dim)
+  // Attention biases (Qwen2; attention_bias=True), fp32 widened from bf16, or null: added to each
+  // projection's dot product, q_i = fl(dot_i + bq_i) (docs/SPEC.md §13.3 b, g).
+  const float* bq;             // (heads*head_dim,)
+  const float* bk;             // (kv_heads*head_dim,); null when kv_source != this layer
+  const float* bv;             // (kv_heads*head_dim,); null when kv_source != this layer
+  const float* bo;             // (hidden,)
   const float* q_norm;         // (head_dim,) or null (qk-norm: Qwen3, Gemma)
   const float* k_norm;         // (head_dim,) or null
   const float* v_norm;         // (head_dim,) or null (Gemma-4: its weightless norm, multipliers 1)

@@ -21,7 +21,8 @@
   X(CFG_INTER, "max_intermediate_size") X(CFG_VOCAB, "vocab_size") X(CFG_ROPE_TABLES, "rope_tables")         \
   X(CFG_QK_NORM, "qk_norm") X(CFG_TIED, "tie_word_embeddings") X(CFG_OUT_NORMS, "out_norms") X(CFG_ACT, "act") \
   X(CFG_ATTN_SCALE_DIM, "attn_scale_dim") X(CFG_EMBED_SCALE, "embed_scale") X(CFG_V_NORM, "v_norm")          \
-  X(CFG_PLE_DIM, "ple_dim") X(CFG_SOFTCAP, "final_softcap") X(CFG_LAYER_SCALARS, "layer_scalars")
+  X(CFG_PLE_DIM, "ple_dim") X(CFG_SOFTCAP, "final_softcap") X(CFG_LAYER_SCALARS, "layer_scalars")              \
+  X(CFG_QKV_BIAS, "qkv_bias") X(CFG_O_BIAS, "o_bias")
 #define DET_CFG_TABLE_FIELDS(X) X(TAB_PAIRS, "pairs") X(TAB_PAIR_OFFSET, "pair_offset")
 #define DET_CFG_LAYER_FIELDS(X)                                                                             \
   X(LAY_WINDOW, "window") X(LAY_ROPE_TABLE, "rope_table") X(LAY_HEAD_DIM, "head_dim")                        \
@@ -46,7 +47,8 @@ inline bool det_cfg_well_formed(const int64_t* cfg, size_t n) {
 // Fills m and its storage (m.layers and m.steps point into it; the layer plan is built last) from
 // a well-formed cfg. The weights are asked for by their checkpoint names (names.py's; entries
 // starting with "=" are made by the loader), in names.py's order, through w: w.bf16(rows, cols,
-// name), w.matrix(rows, cols, name) (a projection, dense or nf4) and w.norm(n, name) (fp32 multipliers, also the (1,) softcap and layer scalars); they
+// name), w.matrix(rows, cols, name) (a projection, dense or nf4) and w.norm(n, name) (an fp32
+// vector: norm multipliers, attention biases, the (1,) softcap and layer scalars); they
 // return null / an unset matrix or throw when a tensor is wrong, as the caller prefers. K/V
 // offsets and the cache row are derived here. m.inv_freq and m.rms_eps are the caller's.
 template <class Weights>
@@ -66,6 +68,7 @@ void det_model_from_cfg(const int64_t* cfg, det_llama_model& m, det_model_storag
   }
   const bool qk = cfg[CFG_QK_NORM] != 0, tied = cfg[CFG_TIED] != 0, out_norms = cfg[CFG_OUT_NORMS] != 0;
   const bool v_norm = cfg[CFG_V_NORM] != 0, scalars = cfg[CFG_LAYER_SCALARS] != 0;
+  const bool qkv_bias = cfg[CFG_QKV_BIAS] != 0, o_bias = cfg[CFG_O_BIAS] != 0;
   const int64_t H = m.hidden, P = m.ple_dim;
   m.embed = w.bf16(m.vocab, H, "model.embed_tokens.weight");
   m.final_norm = w.norm(H, "model.norm.weight");
@@ -93,6 +96,10 @@ void det_model_from_cfg(const int64_t* cfg, det_llama_model& m, det_model_storag
     L.wq = w.matrix(QD, H, p + "self_attn.q_proj.weight");
     if (own) L.wk = w.matrix(KVD, H, p + "self_attn.k_proj.weight"), L.wv = w.matrix(KVD, H, p + "self_attn.v_proj.weight");
     L.wo = w.matrix(H, QD, p + "self_attn.o_proj.weight");
+    L.bq = qkv_bias ? w.norm(QD, p + "self_attn.q_proj.bias") : nullptr;
+    L.bk = qkv_bias && own ? w.norm(KVD, p + "self_attn.k_proj.bias") : nullptr;
+    L.bv = qkv_bias && own ? w.norm(KVD, p + "self_attn.v_proj.bias") : nullptr;
+    L.bo = o_bias ? w.norm(H, p + "self_attn.o_proj.bias") : nullptr;
     L.q_norm = qk ? w.norm(D, p + "self_attn.q_norm.weight") : nullptr;
     L.k_norm = qk && own ? w.norm(D, p + "self_attn.k_norm.weight") : nullptr;
     L.v_norm = v_norm && own ? w.norm(D, p + "=ones:self_attn.v_norm") : nullptr;

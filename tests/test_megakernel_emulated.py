@@ -88,7 +88,7 @@ def test_stop_ids_and_lengths(case, di):
 
 
 # ---- the real models -----------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["smollm2", "gemma3-270m"])
+@pytest.mark.parametrize("name", ["smollm2", "gemma3-270m", "qwen2.5-coder-0.5b"])
 def test_real_model_teacher_forced_digest(di, tmp_root, name):
     directory = model_dir(name, tmp_root)
     mm = di.MegaModel.from_pretrained(directory, max_context=512, executor="emulated",
@@ -98,7 +98,7 @@ def test_real_model_teacher_forced_digest(di, tmp_root, name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["smollm2", "gemma3-270m"])
+@pytest.mark.parametrize("name", ["smollm2", "gemma3-270m", "qwen2.5-coder-0.5b"])
 def test_real_model_generation_digest(di, tmp_root, name):
     """The real models' 64-step generation digests under emulation: minutes each on two cores, so
     opt-in (`pytest -m slow`); CI runs their teacher-forced digests above."""

@@ -19,9 +19,9 @@ const uint16_t* bf16_ptr(const torch::Tensor& t, std::vector<int64_t> shape, con
 }
 
 const float* f32_ptr(const torch::Tensor& t, int64_t n, const std::string& what, const torch::Device& device) {
-  TORCH_CHECK_TYPE(t.scalar_type() == torch::kFloat32, "det-infer: norm ", what, " must be float32 multipliers, got ",
-                   t.scalar_type());
-  TORCH_CHECK_VALUE(t.device() == device && t.is_contiguous() && t.dim() == 1 && t.size(0) == n, "det-infer: norm ",
+  TORCH_CHECK_TYPE(t.scalar_type() == torch::kFloat32, "det-infer: ", what,
+                   " must be float32 (norm multipliers, biases and scalars are), got ", t.scalar_type());
+  TORCH_CHECK_VALUE(t.device() == device && t.is_contiguous() && t.dim() == 1 && t.size(0) == n, "det-infer: ",
                     what, " must be a contiguous (", n, ",) tensor on ", device, ", got ", t.sizes(), " on ", t.device());
   return t.data_ptr<float>();
 }

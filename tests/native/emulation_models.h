@@ -2,7 +2,7 @@
 // emulation_modes.cpp): llama-family layouts with seeded bf16 weights (with and without qk-norm,
 // with a sliding window; projections dense or nf4-packed in exactly sized buffers, blocks of 16 and
 // of 8; Gemma-3's switches) and a Gemma-4 layout (per-layer head sizes up to 264, KV sharing,
-// per-layer inputs), plus per-sequence KV caches.
+// per-layer inputs, attention biases), plus per-sequence KV caches.
 #pragma once
 
 #include <math.h>
@@ -52,6 +52,13 @@ struct Model {
     const uint16_t* w = tensor(n, 0.2f, 1.0f - offset);
     norms.emplace_back(n);
     for (size_t i = 0; i < n; ++i) norms.back()[i] = det_add_f32(det_bf16_to_f32(w[i]), offset);
+    return norms.back().data();
+  }
+  // A bias: bf16 values in [-scale, scale) widened (docs/SPEC.md §13.3 b).
+  const float* bias(size_t n, float scale) {
+    const uint16_t* w = tensor(n, scale);
+    norms.emplace_back(n);
+    for (size_t i = 0; i < n; ++i) norms.back()[i] = det_bf16_to_f32(w[i]);
     return norms.back().data();
   }
   det_matrix matrix(size_t n, float scale) {
@@ -114,10 +121,10 @@ struct Model {
   }
 };
 
-// Gemma-4's switches at a small size (docs/SPEC.md §13.7): layer 0 sliding (head 16, rope table 1),
-// layer 1 full (head 264: its q takes a second, partial slice per lane; proportional rope, 33
+// Gemma-4's switches at a small size (docs/SPEC.md §13.7): layer 0 sliding (head 16, rope table
+// 1), layer 1 full (head 264: its q takes a second, partial slice per lane; proportional rope, 33
 // pairs (x_i, x_{i+132})), layer 2 sliding reading layer 0's K/V with a double-wide MLP; per-layer
-// inputs of 16, layer scalars, softcap 30.
+// inputs of 16, layer scalars, softcap 30; attention biases on q, k, v and o.
 struct Gemma4Model : Model {
   std::vector<float> ones, scalars;
   float softcap = 30.0f;
@@ -158,6 +165,8 @@ struct Gemma4Model : Model {
         L.kv_offset = layers[src[l]].kv_offset;
       }
       L.wo = matrix(H * QD, 0.3f);
+      L.bq = bias(QD, 0.25f), L.bo = bias(H, 0.25f);  // attention_bias: every bias the layer has
+      if (src[l] == l) L.bk = bias(KVD, 0.5f), L.bv = bias(KVD, 0.25f);
       L.q_norm = norm(D[l], 0.0f);
       L.k_norm = norm(D[l], 0.0f);
       L.v_norm = ones.data();

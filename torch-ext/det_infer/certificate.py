@@ -54,6 +54,9 @@ def _sha256_file(path):
 def model_identity(mm):
     """{"format", "files": {name: sha256}} of the files a MegaModel was loaded from."""
     source = getattr(mm, "source", None)
+    if getattr(mm, "weights_updated", False):
+        raise CertificateError("det-infer: this model's weights were replaced by update_weights, so the files it "
+                               "was loaded from no longer identify it; certify a model loaded from files")
     if not source:
         raise CertificateError("det-infer: this model was not loaded from files (from_pretrained or from_gguf), "
                                "so it has no identity to certify")

@@ -17,9 +17,13 @@ SUPPORTED_ARCHITECTURES = {
     "MistralForCausalLM": "mistral",
     "Gemma3ForCausalLM": "gemma3",
     "Gemma4ForCausalLM": "gemma4",
+    "Qwen2ForCausalLM": "qwen2",
 }
 _MODEL_TYPES = {"llama": "llama", "qwen3": "qwen3", "mistral": "mistral", "gemma3_text": "gemma3",
-                "gemma4_text": "gemma4"}
+                "gemma4_text": "gemma4", "qwen2": "qwen2"}
+# Families whose attention projections all carry a bias when config.json says attention_bias
+# (transformers' classes read it); Qwen2's q, k and v always do, its o_proj never.
+_ATTENTION_BIAS_FAMILIES = ("llama", "qwen3", "gemma3", "gemma4")
 GEMMA = ("gemma3", "gemma4")
 # The MLP activation each family's config may name (transformers' ACT2FN names) -> the engine's
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -31,7 +35,7 @@ _ACT_CODES = {"silu": 0, "gelu_tanh": 1}  # DET_ACT_* in contract/det_act.h
 LLAMA_CFG_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                     "max_head_dim", "max_intermediate_size", "vocab_size", "rope_tables", "qk_norm",
                     "tie_word_embeddings", "out_norms", "act", "attn_scale_dim", "embed_scale", "v_norm",
-                    "ple_dim", "final_softcap", "layer_scalars")
+                    "ple_dim", "final_softcap", "layer_scalars", "qkv_bias", "o_bias")
 ROPE_TABLE_FIELDS = ("pairs", "pair_offset")
 LAYER_FIELDS = ("window", "rope_table", "head_dim", "intermediate_size", "kv_source")
 GEMMA_LAYER_TYPES = ("sliding_attention", "full_attention")
@@ -55,6 +59,15 @@ def _int(d, key, default=None, minimum=1):
     if value > MAXIMUM.get(key, 1 << 62):
         raise ValueError(f"det-infer: config field {key!r} = {value} is above the supported maximum "
                          f"{MAXIMUM[key]}")
+    return value
+
+
+def _bool(d, key, default=False):
+    value = d.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ValueError(f"det-infer: config field {key!r} must be true or false, got {value!r}")
     return value
 
 
@@ -98,6 +111,9 @@ class ModelConfig:
     final_softcap: float = None  # logits = c * tanh(z / c)
     v_norm: bool = False  # v heads are RMSNorm'ed (without a weight)
     layer_scalars: bool = False  # each layer ends by multiplying the stream by its layer_scalar
+    # Attention biases (docs/SPEC.md §13.3 b, g): Qwen2's q, k, v; attention_bias=True: q, k, v, o.
+    qkv_bias: bool = False
+    o_bias: bool = False
 
     @staticmethod
     def from_dict(d: dict) -> "ModelConfig":
@@ -117,8 +133,14 @@ class ModelConfig:
             want = "gelu_pytorch_tanh" if gemma else "silu"
             raise ValueError(f"det-infer: config field {act_key!r} = {act!r} is not supported (only {want!r})")
         quantization = bnb_io.check_config(d["quantization_config"]) if d.get("quantization_config") else None
-        _flag_off(d, "attention_bias", "no attention biases")
+        if family not in _ATTENTION_BIAS_FAMILIES + ("qwen2",):
+            _flag_off(d, "attention_bias", f"{archs[0] if archs else family} has no attention biases")
         _flag_off(d, "mlp_bias", "no MLP biases")
+        if family == "qwen2":
+            biases = {"qkv_bias": True, "o_bias": False}  # transformers' Qwen2Attention, whatever the config says
+        else:
+            on = family in _ATTENTION_BIAS_FAMILIES and _bool(d, "attention_bias")
+            biases = {"qkv_bias": on, "o_bias": on}
         if d.get("pretraining_tp", 1) not in (1, None):
             raise ValueError(f"det-infer: config field 'pretraining_tp' = {d['pretraining_tp']!r} is not supported (only 1)")
         if family == "qwen3":
@@ -136,7 +158,9 @@ class ModelConfig:
         elif family == "llama" and d.get("sliding_window"):
             raise ValueError("det-infer: config field 'sliding_window' is not supported for llama")
         gemma = _gemma3_fields(d, window, head_dim) if family == "gemma3" else \
-            _gemma4_fields(d, window, head_dim) if family == "gemma4" else {}
+            _gemma4_fields(d, window, head_dim) if family == "gemma4" else \
+            _qwen2_fields(d) if family == "qwen2" else {}
+        window = gemma.pop("sliding_window", window)
         eps = d.get("rms_norm_eps", 1e-6)
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
             raise ValueError(f"det-infer: config field 'rms_norm_eps' must be a positive number, got {eps!r}")
@@ -151,7 +175,7 @@ class ModelConfig:
             qk_norm=family in ("qwen3",) + GEMMA, sliding_window=window,
             max_position_embeddings=_int(d, "max_position_embeddings", 4096),
             rope_parameters=params, eos_token_ids=eos, bos_token_id=d.get("bos_token_id"),
-            quantization=quantization, hidden_act=ACTIVATIONS[act], **gemma)
+            quantization=quantization, hidden_act=ACTIVATIONS[act], **biases, **gemma)
         cfg.inv_freq()  # validates the rope settings now, with the config's error messages
         return cfg
 
@@ -194,8 +218,9 @@ class ModelConfig:
         MLP width, K/V source."""
         rows = []
         for l in range(self.num_hidden_layers):
-            if self.layer_types:
-                window, table = (0, 0) if self.is_full_attention(l) else (self.sliding_window, 1)
+            if self.layer_types:  # Gemma's sliding layers rotate by their own table; Qwen2's by the one table
+                local = 1 if self.local_rope_parameters else 0
+                window, table = (0, 0) if self.is_full_attention(l) else (self.sliding_window, local)
             else:
                 window, table = self.sliding_window, 0
             rows.append((window, table, self.layer_head_dim(l), self.layer_intermediate_size(l), self.kv_source(l)))
@@ -212,7 +237,8 @@ class ModelConfig:
             "tie_word_embeddings": int(self.tie_word_embeddings), "out_norms": int(self.out_norms),
             "act": _ACT_CODES[self.hidden_act], "attn_scale_dim": self.attn_scale_dim or self.head_dim,
             "embed_scale": int(self.embed_scale), "v_norm": int(self.v_norm), "ple_dim": self.ple_dim,
-            "final_softcap": int(self.final_softcap is not None), "layer_scalars": int(self.layer_scalars)}
+            "final_softcap": int(self.final_softcap is not None), "layer_scalars": int(self.layer_scalars),
+            "qkv_bias": int(self.qkv_bias), "o_bias": int(self.o_bias)}
         ints = [fields.pop(name) for name in LLAMA_CFG_FIELDS]
         assert not fields, f"fields outside LLAMA_CFG_FIELDS: {sorted(fields)}"
         for shape in self.rope_table_shapes():
@@ -324,3 +350,24 @@ def _gemma4_fields(d, window, head_dim):
             "global_head_dim": global_dim, "kv_shared_layers": shared,
             "double_wide_mlp": bool(d.get("use_double_wide_mlp", False)), "ple_dim": ple,
             "final_softcap": None if cap is None else float(cap), "v_norm": True, "layer_scalars": True}
+
+
+def _qwen2_fields(d):
+    """Qwen2's sliding-window layers as transformers' Qwen2Config defines them: with
+    use_sliding_window, the layers listed as "sliding_attention" in layer_types (by default those
+    from max_window_layers on) see the last sliding_window positions; without it, every layer is
+    full attention. The sliding layers rotate by the model's one rope table."""
+    if not _bool(d, "use_sliding_window"):
+        types = d.get("layer_types")
+        if isinstance(types, (list, tuple)) and "sliding_attention" in types:
+            raise ValueError("det-infer: config field 'layer_types' lists sliding_attention layers but "
+                             "'use_sliding_window' is false; set one or the other")
+        return {}
+    n = _int(d, "num_hidden_layers")
+    window = _int(d, "sliding_window")
+    first = _int(d, "max_window_layers", 28, minimum=0)
+    types = _gemma_layer_types(d, n, window, lambda: ["sliding_attention" if i >= first else "full_attention"
+                                                      for i in range(n)])
+    if "sliding_attention" not in types:
+        return {}
+    return {"layer_types": tuple(types), "sliding_window": window}

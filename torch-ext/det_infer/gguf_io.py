@@ -5,8 +5,9 @@ GGUF (v2/v3): a header of typed key-value metadata (`{arch}.block_count`, `{arch
 listed innermost-first. The gguf package (gguf-py, imported only here) parses the file and
 dequantizes every type it knows to fp32. Each tensor is then rounded once to bf16 (nearest even),
 which is the defined weight of the model (docs/SPEC.md §13.1). llama.cpp's converter permutes the
-rows of the Q and K projections of "llama"-architecture models for its rope kernel; that is undone
-here, as transformers does, so the weights match the Hugging Face layout exactly.
+rows of the Q and K projections (and their biases) of "llama"-architecture models for its rope
+kernel; that is undone here, as transformers does, so the weights match the Hugging Face layout
+exactly. Attention biases (qwen2's q, k, v; a llama model's four) come as attn_*.bias tensors.
 """
 import torch
 
@@ -20,6 +21,10 @@ _NAMES = {
     "blk.{i}.attn_k.weight": "model.layers.{i}.self_attn.k_proj.weight",
     "blk.{i}.attn_v.weight": "model.layers.{i}.self_attn.v_proj.weight",
     "blk.{i}.attn_output.weight": "model.layers.{i}.self_attn.o_proj.weight",
+    "blk.{i}.attn_q.bias": "model.layers.{i}.self_attn.q_proj.bias",
+    "blk.{i}.attn_k.bias": "model.layers.{i}.self_attn.k_proj.bias",
+    "blk.{i}.attn_v.bias": "model.layers.{i}.self_attn.v_proj.bias",
+    "blk.{i}.attn_output.bias": "model.layers.{i}.self_attn.o_proj.bias",
     "blk.{i}.attn_q_norm.weight": "model.layers.{i}.self_attn.q_norm.weight",
     "blk.{i}.attn_k_norm.weight": "model.layers.{i}.self_attn.k_norm.weight",
     "blk.{i}.ffn_norm.weight": "model.layers.{i}.post_attention_layernorm.weight",
@@ -38,6 +43,7 @@ SUPPORTED_GGUF_ARCHITECTURES = {
     "llama": ("LlamaForCausalLM", True),
     "mistral": ("MistralForCausalLM", True),
     "qwen3": ("Qwen3ForCausalLM", False),
+    "qwen2": ("Qwen2ForCausalLM", False),
     "gemma3": ("Gemma3ForCausalLM", False),
 }
 # What llama.cpp assumes for every gemma3 GGUF rather than storing it (its llama-model.cpp): five
@@ -239,9 +245,9 @@ def _convert(reader):
                             "gguf package cannot dequantize") from None
         shape = [int(s) for s in reversed(t.shape)]
         values = np.asarray(values, dtype=np.float32).reshape(shape)
-        if permuted and t.name.endswith(".attn_q.weight"):
+        if permuted and t.name.endswith((".attn_q.weight", ".attn_q.bias")):
             values = _unpermute(values, heads)
-        elif permuted and t.name.endswith(".attn_k.weight"):
+        elif permuted and t.name.endswith((".attn_k.weight", ".attn_k.bias")):
             values = _unpermute(values, kv_heads)
         if arch == "gemma3" and t.name.endswith("norm.weight"):
             values = values - np.float32(1.0)  # llama.cpp stores Gemma's 1 + w; names.py adds the 1 back
@@ -264,6 +270,8 @@ def _convert(reader):
         "bos_token_id": _field(reader, "tokenizer.ggml.bos_token_id", False),
         "eos_token_id": _field(reader, "tokenizer.ggml.eos_token_id", False),
     }
+    if arch != "qwen2" and any(n.endswith("_proj.bias") for n in tensors):
+        config["attention_bias"] = True  # GGUF stores no flag: the tensors say it (all four must be there)
     rope_dim = _count(reader, f"{arch}.rope.dimension_count", False, head_dim)
     if rope_dim != head_dim:
         config["partial_rotary_factor"] = rope_dim / head_dim

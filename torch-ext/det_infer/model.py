@@ -1,5 +1,5 @@
-"""MegaModel: bit-exact inference for llama-family checkpoints (Llama, Qwen3, Mistral, Gemma-3,
-Gemma-4 text models).
+"""MegaModel: bit-exact inference for llama-family checkpoints (Llama, Qwen2, Qwen3, Mistral,
+Gemma-3, Gemma-4 text models).
 
     mm = MegaModel.from_pretrained("path/to/model")          # config.json + safetensors, CPU engine
     mm = MegaModel.from_pretrained("path", device="cuda")    # the megakernel, one launch per call
@@ -28,6 +28,7 @@ import torch
 from . import bnb_io, names, safetensors_io
 from ._ops import add_op_namespace_prefix, ops
 from .config import ModelConfig
+from .kv_state import KVState, check_memory
 
 BATCH_MAX = 16
 EXECUTORS = {"cpu": ("engine", "emulated"), "cuda": ("megakernel",)}
@@ -42,41 +43,6 @@ DEFAULT_MAX_CONTEXT = 4096
 def unwrap_encoding(ids):
     """A tokenizer's output (a BatchEncoding or dict) as its input_ids; anything else as it is."""
     return ids["input_ids"] if hasattr(ids, "keys") and "input_ids" in ids else ids
-
-
-class KVState:
-    """One sequence's KV cache: a (2, capacity, floats per position) fp32 tensor (each position holds
-    the keys, and the values, of every layer that computes its own, one after the other) and the
-    number of positions filled so far (positions 0 .. length-1 hold valid keys and values)."""
-
-    def __init__(self, cfg: ModelConfig, capacity: int, device="cpu"):
-        need = capacity * cfg.kv_bytes_per_position()
-        _check_memory(need, f"a KV cache of {capacity} positions", device)
-        self.cache = torch.zeros((2, capacity, cfg.kv_floats_per_position()), dtype=torch.float32, device=device)
-        self.capacity = capacity
-        self.length = 0
-
-    def fork(self) -> "KVState":
-        """An independent copy: both continue from the same filled positions."""
-        twin = KVState.__new__(KVState)
-        twin.cache, twin.capacity, twin.length = self.cache.clone(), self.capacity, self.length
-        return twin
-
-    def reset(self):
-        self.length = 0
-
-
-def _check_memory(nbytes, what, device="cpu"):
-    try:
-        if torch.device(device).type == "cuda":
-            avail = torch.cuda.mem_get_info(torch.device(device))[0]
-        else:
-            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError, RuntimeError):
-        return
-    if nbytes > avail:
-        raise MemoryError(f"det-infer: {what} needs {nbytes / 2**20:.1f} MiB, but only "
-                          f"{avail / 2**20:.1f} MiB of memory is available; use a smaller max_context")
 
 
 def _resolve_directory(path, revision=None):
@@ -172,7 +138,7 @@ class MegaModel:
         weights, scales = names.select_llama_weights(config, tensors, packed)
         self._inv_freq = config.inv_freq()
         if self.device != "cpu":
-            _check_memory(sum(t.numel() * t.element_size() for t in weights + scales), "the weights", self.device)
+            check_memory(sum(t.numel() * t.element_size() for t in weights + scales), "the weights", self.device)
             weights = [w.to(self.device) for w in weights]
             scales = [s.to(self.device) for s in scales]
             self._inv_freq = self._inv_freq.to(self.device)
@@ -189,6 +155,7 @@ class MegaModel:
         self._state = None
         self._lock = threading.RLock()  # see _exclusive
         self.source = None  # {"format", "files"} when loaded from files (certificate.py)
+        self.weights_version = 0  # update_weights' count; a KVState remembers the one it was filled under
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
@@ -213,7 +180,7 @@ class MegaModel:
 
     @classmethod
     def from_gguf(cls, path, device="cpu", max_context=None, executor=None, geometry=None):
-        """Load a llama.cpp GGUF checkpoint (llama, mistral, qwen3, gemma3 architectures; any tensor type the
+        """Load a llama.cpp GGUF checkpoint (llama, mistral, qwen2, qwen3, gemma3 architectures; any tensor type the
         gguf package can dequantize), rounding every tensor to bf16 once at load (gguf_io.py)."""
         from . import gguf_io
 
@@ -244,6 +211,29 @@ class MegaModel:
             return AutoTokenizer.from_pretrained(directory)
         except (OSError, ValueError) as e:
             raise ValueError(f"det-infer: {directory} has no tokenizer transformers can load ({e})") from None
+
+    @_exclusive
+    def update_weights(self, tensors):
+        """Replace weights in place, by checkpoint name ({name: tensor}, any subset, e.g. a trainer's
+        state_dict(); bf16, fp16 or fp32 on any device, rounded to bf16 once as at load). Every name,
+        dtype and shape is checked first: on an error nothing changes. Afterwards the model gives
+        exactly the logits of a fresh load of the new weights; KV states filled before the update
+        must be prefilled again (continuing one is an error), and the model no longer has a file
+        identity for certificates. Not for nf4 or GGUF models."""
+        from . import weight_update
+
+        updates = weight_update.prepare(self, tensors)
+        weights = list(self._weights)
+        for i, w in updates.items():
+            weights[i] = w
+        native = native_model(names.llama_tensor_names(self.config), weights, self._scales, self._cfg_ints,
+                              self.config.rms_norm_eps, self._inv_freq)
+        self._weights, self._native = weights, native
+        self.weights_version += 1
+        self.source = None
+        self.weights_updated = True
+        if self._state is not None:
+            self._state.reset()
 
     @staticmethod
     def batch_max() -> int:
@@ -289,6 +279,15 @@ class MegaModel:
         return [self.geometry[k] for k in GEOMETRY_FIELDS]
 
     def _forward(self, tokens, positions, states, cache_index, want):
+        first = {}
+        for i, p in zip(cache_index, positions):
+            first.setdefault(i, p)
+        for i, s in enumerate(states):  # a state continued past position 0 must hold these weights' K/V
+            if first.get(i, 0) > 0 and s.weights_version != self.weights_version:
+                raise ValueError("det-infer: this KV state was filled before update_weights replaced the weights; "
+                                 "prefill it again (or reset() it) to continue with the new weights")
+        for s in states:
+            s.weights_version = self.weights_version
         n_want = int(sum(want))
         logits = torch.empty((n_want, self.config.vocab_size), dtype=torch.float32, device=self.device)
         args = (self._native, torch.tensor(tokens, dtype=torch.int32), torch.tensor(positions, dtype=torch.int64),

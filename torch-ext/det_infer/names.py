@@ -6,6 +6,10 @@ import re
 
 import torch
 
+# Attention biases (Qwen2: q, k, v; attention_bias=True: all four), fp32 vectors like the norms.
+QKV_BIASES = ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias")
+O_BIAS = "self_attn.o_proj.bias"
+ATTENTION_BIASES = QKV_BIASES + (O_BIAS,)
 # Per-layer tensors in the order det_model_from_cfg (model/det_model_cfg.h) asks for them (the
 # order matters only to the torch-free tools, tests/native/engine_digest.cpp, which read a list).
 LLAMA_LAYER_TENSORS = (
@@ -14,6 +18,7 @@ LLAMA_LAYER_TENSORS = (
     "self_attn.k_proj.weight",
     "self_attn.v_proj.weight",
     "self_attn.o_proj.weight",
+    *ATTENTION_BIASES,
     "self_attn.q_norm.weight",  # qk-norm only
     "self_attn.k_norm.weight",  # qk-norm only
     "post_attention_layernorm.weight",  # the MLP's input norm
@@ -28,6 +33,7 @@ GEMMA3_LAYER_TENSORS = (
     "self_attn.k_proj.weight",
     "self_attn.v_proj.weight",
     "self_attn.o_proj.weight",
+    *ATTENTION_BIASES,
     "self_attn.q_norm.weight",
     "self_attn.k_norm.weight",
     "post_attention_layernorm.weight",  # the attention output's norm
@@ -46,6 +52,7 @@ GEMMA4_LAYER_TENSORS = (
     "self_attn.k_proj.weight",
     "self_attn.v_proj.weight",
     "self_attn.o_proj.weight",
+    *ATTENTION_BIASES,
     "self_attn.q_norm.weight",
     "self_attn.k_norm.weight",
     ONES_V_NORM,
@@ -61,7 +68,8 @@ GEMMA4_LAYER_TENSORS = (
     "layer_scalar",
 )
 _QK_NORM = {"self_attn.q_norm.weight", "self_attn.k_norm.weight"}
-_OWN_KV = {"self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.k_norm.weight", ONES_V_NORM}
+_OWN_KV = {"self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.k_norm.weight", ONES_V_NORM,
+           "self_attn.k_proj.bias", "self_attn.v_proj.bias"}
 SOFTCAP = "=softcap"  # made here: the final softcapping value, a (1,) fp32 tensor
 PLE_TENSORS = ("model.embed_tokens_per_layer.weight", "model.per_layer_model_projection.weight",
                "model.per_layer_projection_norm.weight")
@@ -82,7 +90,8 @@ def llama_tensor_names(cfg):
     layer = {"gemma3": GEMMA3_LAYER_TENSORS, "gemma4": GEMMA4_LAYER_TENSORS}.get(cfg.family, LLAMA_LAYER_TENSORS)
     for i in range(cfg.num_hidden_layers):
         for t in layer:
-            if (t in _QK_NORM and not cfg.qk_norm) or (t in _OWN_KV and cfg.kv_source(i) != i):
+            if ((t in _QK_NORM and not cfg.qk_norm) or (t in _OWN_KV and cfg.kv_source(i) != i)
+                    or (t in QKV_BIASES and not cfg.qkv_bias) or (t == O_BIAS and not cfg.o_bias)):
                 continue
             names.append(f"model.layers.{i}.{t}")
     return names
@@ -112,6 +121,26 @@ def is_norm(name):
     return name.endswith(("norm.weight", "layer_scalar"))
 
 
+def is_bias(name):
+    return name.endswith("_proj.bias")
+
+
+def engine_tensor(cfg, name, t):
+    """A dense checkpoint tensor as the engine takes it, after checking its shape: a projection or
+    embedding rounded to bf16 (to_bf16), a norm's fp32 multipliers (norm_multipliers), or a
+    bias as its bf16 value widened to fp32 (docs/SPEC.md §13.3 b)."""
+    want = shape_of(cfg, name)
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"det-infer: tensor {name!r} must be a torch.Tensor, got {type(t).__name__}")
+    if tuple(t.shape) != want:
+        raise ValueError(f"det-infer: tensor {name!r} has shape {tuple(t.shape)}, expected {want}")
+    if is_norm(name):
+        return norm_multipliers(name, t, cfg.norm_offset)
+    if is_bias(name):
+        return to_bf16(name, t).float().contiguous()  # exactly the bf16 value (a -0 stays -0)
+    return to_bf16(name, t).contiguous()
+
+
 def shape_of(cfg, name):
     """The shape the engine expects of a weight list entry."""
     H, V, P, L = cfg.hidden_size, cfg.vocab_size, cfg.ple_dim, cfg.num_hidden_layers
@@ -124,7 +153,8 @@ def shape_of(cfg, name):
     D, I = cfg.layer_head_dim(i), cfg.layer_intermediate_size(i)
     QD, KVD = cfg.num_attention_heads * D, cfg.num_key_value_heads * D
     part = name.split(".", 3)[3]
-    return {"self_attn.q_proj.weight": (QD, H), "self_attn.k_proj.weight": (KVD, H),
+    return {"self_attn.q_proj.weight": (QD, H), "self_attn.q_proj.bias": (QD,), "self_attn.k_proj.bias": (KVD,),
+            "self_attn.v_proj.bias": (KVD,), "self_attn.o_proj.bias": (H,), "self_attn.k_proj.weight": (KVD, H),
             "self_attn.v_proj.weight": (KVD, H), "self_attn.o_proj.weight": (H, QD),
             "self_attn.q_norm.weight": (D,), "self_attn.k_norm.weight": (D,), ONES_V_NORM: (D,),
             "mlp.gate_proj.weight": (I, H), "mlp.up_proj.weight": (I, H), "mlp.down_proj.weight": (H, I),
@@ -168,18 +198,13 @@ def select_llama_weights(cfg, tensors, scales=None):
             absmax.append(torch.empty(0, dtype=torch.float32))
             continue
         t = tensors[name]
-        want = shape_of(cfg, name)
         if name in scales:
-            want = (want[0], want[1] // 2)
-        if tuple(t.shape) != want:
-            raise ValueError(f"det-infer: tensor {name!r} has shape {tuple(t.shape)}, expected {want}")
-        if name in scales:
+            rows, cols = shape_of(cfg, name)
+            if tuple(t.shape) != (rows, cols // 2):
+                raise ValueError(f"det-infer: tensor {name!r} has shape {tuple(t.shape)}, expected {(rows, cols // 2)}")
             weights.append(t.contiguous())
             absmax.append(scales[name])
-        elif is_norm(name):
-            weights.append(norm_multipliers(name, t, cfg.norm_offset))
-            absmax.append(torch.empty(0, dtype=torch.float32))
         else:
-            weights.append(to_bf16(name, t).contiguous())
+            weights.append(engine_tensor(cfg, name, t))
             absmax.append(torch.empty(0, dtype=torch.float32))
     return weights, (absmax if scales else [])
