@@ -137,3 +137,22 @@ def test_split_attention_past_several_chunks(gpu_case, attn):
     want = engine.teacher_forced_logits(ids)
     got = mm.teacher_forced_logits(ids).cpu()
     assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+
+
+def test_update_weights_on_the_gpu(di, tmp_path):
+    """update_weights with CPU and with CUDA tensors (the trainer's, which the model must copy, not
+    alias): the GPU model then gives a fresh CPU load's bits of the new weights."""
+    from det_fixtures import synthetic
+
+    d = synthetic.write_checkpoint("qwen2", str(tmp_path / "q"))
+    gpu = di.MegaModel.from_pretrained(d, device="cuda", max_context=128)
+    new = synthetic.state_dict("qwen2", seed=1)
+    d1 = synthetic.write_checkpoint("qwen2", str(tmp_path / "q1"), seed=1)
+    trainer = {n: t.cuda() for n, t in new.items() if "layers" in n}
+    gpu.update_weights({n: t for n, t in new.items() if "layers" not in n})
+    gpu.update_weights(trainer)
+    for t in trainer.values():
+        t.add_(1.0)  # the optimizer's next step must not reach the model
+    ids = synthetic.token_sequence(40, 1000, 3)
+    want = di.MegaModel.from_pretrained(d1, max_context=128).teacher_forced_logits(ids)
+    assert torch.equal(gpu.teacher_forced_logits(ids).cpu().view(torch.int32), want.view(torch.int32))
