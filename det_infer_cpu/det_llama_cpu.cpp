@@ -258,8 +258,11 @@ void step_rope(const Rows& r, const det_step& s) {
     if (!own_kv) continue;
     rope_heads(r.w.k.data() + b * KVD, m->n_kv_heads, D, rope, sc);
     const det_kv_cache* c = r.caches[b];
-    memcpy(c->k + r.positions[b] * m->kv_row + L.kv_offset, r.w.k.data() + b * KVD, KVD * sizeof(float));
-    memcpy(c->v + r.positions[b] * m->kv_row + L.kv_offset, r.w.v.data() + b * KVD, KVD * sizeof(float));
+    for (int64_t g = 0; g < m->n_kv_heads; ++g) {
+      const int64_t at = det_kv_head_base(L, c->capacity, g) + r.positions[b] * D;
+      memcpy(c->k + at, r.w.k.data() + b * KVD + g * D, D * sizeof(float));
+      memcpy(c->v + at, r.w.v.data() + b * KVD + g * D, D * sizeof(float));
+    }
   }
 }
 
@@ -277,8 +280,9 @@ void step_attend(const Rows& r, const det_step& s) {
       const int64_t b = t / m->n_heads, hd = t % m->n_heads, g = hd / group, p = r.positions[b];
       const det_kv_cache* c = r.caches[b];
       const int64_t lo = L.window > 0 ? std::max<int64_t>(0, p - L.window + 1) : 0;
-      attend(r.w.q.data() + b * QD + hd * D, c->k + L.kv_offset + g * D, c->v + L.kv_offset + g * D, m->kv_row, D,
-             lo, p, scale, r.w.att.data() + b * QD + hd * D, a);
+      const int64_t head = det_kv_head_base(L, c->capacity, g);
+      attend(r.w.q.data() + b * QD + hd * D, c->k + head, c->v + head, D, D, lo, p, scale,
+             r.w.att.data() + b * QD + hd * D, a);
     }
   });
 }

@@ -43,7 +43,7 @@ struct det_mk_geometry {
 #define DET_MK_ATTN_PASS_CHUNKS 32
 
 struct det_mk_seq {
-  float* k;  // (capacity, kv_row): det_kv_cache's layout
+  float* k;  // capacity * kv_row floats: det_kv_cache's layout (det_kv_head_base)
   float* v;
   int64_t capacity;
 };

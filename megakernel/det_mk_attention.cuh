@@ -24,7 +24,7 @@ struct det_mk_attn_head {
   static constexpr int NH = DET_MK_HEAD_DIM_MAX / (8 * DET_WARP);
   bool lane_q[NH];
   float qv[NH][8];
-  const float* kc;  // position j's key at kc + j * kv_row
+  const float* kc;  // position j's key at kc + j * D (det_kv_head_base)
   const float* vc;
   int64_t lo, p;    // the visible positions lo..p
 };
@@ -37,8 +37,8 @@ DET_DEV det_mk_attn_head det_mk_attn_head_of(const det_mk_ctx& c, int64_t l, int
   const det_mk_seq& sq = c.P->prog.seqs[c.tile->seq[b]];
   const int lane = det_lane();
   det_mk_attn_head a;
-  a.kc = sq.k + L.kv_offset + g * D;
-  a.vc = sq.v + L.kv_offset + g * D;
+  a.kc = sq.k + det_kv_head_base(L, sq.capacity, g);
+  a.vc = sq.v + det_kv_head_base(L, sq.capacity, g);
   a.lo = det_mk_attn_lo(L, p);
   a.p = p;
   for (int h = 0; h < det_mk_attn_head::NH; ++h) {
@@ -60,14 +60,14 @@ DET_DEV det_mk_chunk det_mk_chunk_of(const det_mk_attn_head& a, int64_t ch) {
 
 // The chunk's scores (8 slots per tree), the max in slot order, e = exp(s - m) into ex, and the
 // canonical sum l with slot j in lane j/8's chain: the chunk's (m, l), on every lane.
-DET_DEV det_attn_acc det_mk_attn_chunk_stats(const det_mk_attn_head& a, const det_mk_chunk& k, int64_t kv_row,
+DET_DEV det_attn_acc det_mk_attn_chunk_stats(const det_mk_attn_head& a, const det_mk_chunk& k, int64_t stride,
                                              float scale, float* score, float* ex) {
   const int lane = det_lane();
   const int64_t j0 = k.j0, j1 = k.j1;
   for (int64_t jg = j0; jg <= j1; jg += 8) {
     float dot[8];  // the lane's accumulator of q . k for keys jg .. jg + 7
     for (int s = 0; s < 8; ++s) {
-      const float* kj = a.kc + (k.base + jg + s) * kv_row + 8 * lane;
+      const float* kj = a.kc + (k.base + jg + s) * stride + 8 * lane;
       dot[s] = 0.0f;
       for (int h = 0; h < det_mk_attn_head::NH; ++h)
         if (a.lane_q[h] && jg + s <= j1) {
@@ -102,7 +102,7 @@ DET_DEV det_attn_acc det_mk_attn_chunk_stats(const det_mk_attn_head& a, const de
 // The chunk's o_d = sum_j e_j v_j[d] (canonical, slot j in lane j/8's chain) for d < D, eight at a
 // time: emit(d, o_d) on lane 0.
 template <class Emit>
-DET_DEV void det_mk_attn_chunk_values(const det_mk_attn_head& a, const det_mk_chunk& k, int64_t kv_row, int64_t D,
+DET_DEV void det_mk_attn_chunk_values(const det_mk_attn_head& a, const det_mk_chunk& k, int64_t stride, int64_t D,
                                       const float* ex, Emit emit) {
   const int lane = det_lane();
   for (int64_t d0 = 0; d0 < D; d0 += 8) {
@@ -110,7 +110,7 @@ DET_DEV void det_mk_attn_chunk_values(const det_mk_attn_head& a, const det_mk_ch
     for (int i = 0; i < 8; ++i) {
       const int64_t j = 8 * lane + i;
       if (j < k.j0 || j > k.j1) continue;
-      const float* vj = a.vc + (k.base + j) * kv_row + d0;
+      const float* vj = a.vc + (k.base + j) * stride + d0;
       const float ej = det_ld(ex + j);
       for (int s = 0; s < 8; ++s) ev_sum[s] = det_fma_f32(ej, det_ld(vj + s), ev_sum[s]);
       det_work_fma(8);
@@ -145,11 +145,11 @@ DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
     for (int64_t ch = a.lo / DET_ATTN_CHUNK; ch <= a.p / DET_ATTN_CHUNK; ++ch) {
       const bool first = ch == a.lo / DET_ATTN_CHUNK;
       const det_mk_chunk k = det_mk_chunk_of(a, ch);
-      const det_attn_acc part = det_mk_attn_chunk_stats(a, k, m.kv_row, scale, score, ex);
+      const det_attn_acc part = det_mk_attn_chunk_stats(a, k, D, scale, score, ex);
       det_attn_weights w = {1.0f, 1.0f};
       if (first) run = part;
       else w = det_attn_merge_stats(&run, part);
-      det_mk_attn_chunk_values(a, k, m.kv_row, D, ex, [&](int64_t d, float o) {
+      det_mk_attn_chunk_values(a, k, D, D, ex, [&](int64_t d, float o) {
         O[d] = first ? o : det_attn_merge_value(det_ld(O + d), o, w);
       });
       det_sync_warp();
@@ -205,14 +205,14 @@ DET_DEV_NOINLINE void det_mk_phase_attn_chunks(const det_mk_ctx& c, int64_t l, i
     const int64_t in_pass = n / m.n_heads, hq = u / in_pass, k = u % in_pass;
     const det_mk_attn_head a = det_mk_attn_head_of(c, l, b, hq);
     const det_mk_chunk ck = det_mk_chunk_of(a, a.lo / DET_ATTN_CHUNK + pass * c.P->geo.attn + k);
-    const det_attn_acc part = det_mk_attn_chunk_stats(a, ck, m.kv_row, scale, score, ex);
+    const det_attn_acc part = det_mk_attn_chunk_stats(a, ck, D, scale, score, ex);
     if (direct) {
       float* att = c.P->ws.att + b * QD + hq * D;
-      det_mk_attn_chunk_values(a, ck, m.kv_row, D, ex, [&](int64_t d, float o) { att[d] = det_div_f32(o, part.l); });
+      det_mk_attn_chunk_values(a, ck, D, D, ex, [&](int64_t d, float o) { att[d] = det_div_f32(o, part.l); });
     } else {
       float* dst = det_mk_attn_part(c, b, hq, k);
       if (det_lane() == 0) dst[0] = part.m, dst[1] = part.l;
-      det_mk_attn_chunk_values(a, ck, m.kv_row, D, ex, [&](int64_t d, float o) { dst[2 + d] = o; });
+      det_mk_attn_chunk_values(a, ck, D, D, ex, [&](int64_t d, float o) { dst[2 + d] = o; });
     }
     det_sync_warp();
   }

@@ -44,7 +44,8 @@ struct det_llama_layer {
   int64_t rope_table;          // which of the model's rope tables rotates this layer
   int64_t kv_source;           // the layer whose cached K/V it attends over: itself, or an earlier
                                // layer (Gemma-4 KV sharing: it then computes no K/V of its own)
-  int64_t kv_offset;           // where kv_source's K (and V) sit in a cache row, in floats
+  int64_t kv_offset;           // kv_source's place in the cache: the K (V) floats per position of the
+                               // storing layers before it (det_kv_head_base)
 };
 
 #define DET_ROPE_TABLES_MAX 2
@@ -63,8 +64,8 @@ struct det_llama_model {
   int64_t attn_scale_dim;   // scores are scaled by rsqrt(attn_scale_dim): head_dim, Gemma-3's
                             // query_pre_attn_scalar, or 1 (Gemma-4)
   int64_t act;              // DET_ACT_SILU or DET_ACT_GELU_TANH
-  int64_t kv_row;           // floats per position in a sequence's K (and V) cache: the K/V widths
-                            // of the layers that store, one after the other
+  int64_t kv_row;           // K (and V) floats per position in a sequence's cache: the K/V widths
+                            // of the layers that store, summed
   float rms_eps;            // fp32 value of the config's eps
   float embed_scale;        // embedding rows are multiplied by it: 1, or Gemma's fl32(sqrt(hidden))
   const double* inv_freq;   // (rope_pairs,) fp64 rope inverse frequencies of every table (rope.py)
@@ -82,13 +83,22 @@ struct det_llama_model {
   int64_t n_steps;
 };
 
-// One sequence's cache: k and v are (capacity, kv_row) fp32; a layer's entries at position p are
-// kv_heads*head_dim floats at p * kv_row + kv_offset.
+// One sequence's cache: k and v are capacity * kv_row fp32 each, laid out by layer, then KV head,
+// then position (docs/SPEC.md §13.8): a storing layer's block of (kv_heads, capacity, head_dim)
+// starts at kv_offset * capacity, so one head's keys at consecutive positions are head_dim floats
+// apart (a walk over the context streams through memory; a position-major layout put them kv_row
+// floats apart, a page per position on a large model).
 struct det_kv_cache {
   float* k;
   float* v;
   int64_t capacity;
 };
+
+// Where KV head g of layer L starts in a cache of `capacity` positions; position p's entry is
+// head_dim floats further per position.
+DET_HD int64_t det_kv_head_base(const det_llama_layer& L, int64_t capacity, int64_t g) {
+  return (L.kv_offset + g * L.head_dim) * capacity;
+}
 
 // Errors (returned as negative codes; the Python layer validates first and maps them to text).
 enum {

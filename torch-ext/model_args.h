@@ -45,8 +45,8 @@ torch::Tensor nf4_codebook();
 det_matrix matrix_view(const torch::Tensor& w, const torch::Tensor& absmax, int64_t rows, int64_t cols,
                        const std::string& what, const torch::Device& device);
 
-// Views of (2, capacity, m.kv_row) float32 KV-cache tensors on `device` (K then V; a row holds the
-// K (V) vectors of every layer that stores its own, model/det_llama_model.h).
+// Views of (2, capacity, m.kv_row) float32 KV-cache tensors on `device`: K then V, each capacity *
+// kv_row floats laid out by layer, KV head, then position (det_kv_head_base, model/det_llama_model.h).
 std::vector<det_kv_cache> cache_views(const det_llama_model& m, const std::vector<torch::Tensor>& caches,
                                       const torch::Device& device);
 
