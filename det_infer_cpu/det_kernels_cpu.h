@@ -41,7 +41,8 @@ const char* det_gemv_impl_name(const det_matrix& W, int64_t K, int64_t B);
 // next; or into L2 (prefetcht1: L2 alone on Zen 4 and Intel cores), for data needed later, from far
 // enough ahead to hide the memory's latency without evicting what L1 holds now. The hardware
 // prefetchers do not follow the kernels' walks: a weight row block's lines are revisited out of
-// order, and one head's cached rows lie a whole cache row apart, a page or more.
+// order (one head's cached rows are adjacent, docs/SPEC.md §13.8, but a chunk's V walk follows its
+// keys' scores group by group).
 inline void det_prefetch_l1(const void* p, int64_t bytes) {
 #if defined(__GNUC__)
   for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(static_cast<const char*>(p) + i, 0, 3);

@@ -99,13 +99,13 @@ void rope_heads(float* v, int64_t heads, int64_t head_dim, const det_rope_table&
   }
 }
 
-// x = fl(x * s) elementwise (Gemma-4's layer scalar).
 // Each of B rows of n values plus the bias (n,): y = fl(y + bias), the projection's bias add.
 void add_bias(float* y, const float* bias, int64_t B, int64_t n) {
   if (!bias) return;
   for (int64_t b = 0; b < B; ++b) add_into(y + b * n, bias, n);
 }
 
+// x = fl(x * s) elementwise (Gemma-4's layer scalar).
 DET_CPU_CLONES void scale_into(float* x, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = det_mul_f32(x[i], s);
 }

@@ -191,7 +191,7 @@ def test_engine_activation_times_up(di, isa, fn):
 @pytest.mark.parametrize("D", [8, 40, 64, 128, 256, 264, 512])
 def test_engine_attention_scores_equal_the_contract(di, isa, D):
     """The engine's attention scores (eight keys at a time, +0 leaves skipped) against
-    fl(det_dot_f32_ref(k_i, q) * scale), bit for bit: keys in a wider cache row, counts around the
+    fl(det_dot_f32_ref(k_i, q) * scale), bit for bit: keys in a wider row and adjacent, counts around the
     group of eight, values over 40 decades, a zero key, a key whose products all round to -0 (it
     sums to +0 unless D fills all 256 lanes), and infinities and NaNs."""
     rng = np.random.default_rng(D)
@@ -208,8 +208,9 @@ def test_engine_attention_scores_equal_the_contract(di, isa, D):
     scale = float(np.float32(D ** -0.5))
     want = (torch.stack([di.contract.gemv(r.contiguous().view(1, D), q)[0] for r in k]) *
             torch.tensor(scale, dtype=torch.float32))
-    for count in (1, 5, 8, 13, n):
-        out = torch.full((count,), 7.0)
-        di.ops._test_attn_scores_engine(out, q, k[:count], scale)
-        assert torch.equal(out.view(torch.int32), want[:count].view(torch.int32)), count
+    for keys in (k, k.contiguous()):  # inside a wider row, and adjacent (the engine's cache layout)
+        for count in (1, 5, 8, 13, n):
+            out = torch.full((count,), 7.0)
+            di.ops._test_attn_scores_engine(out, q, keys[:count], scale)
+            assert torch.equal(out.view(torch.int32), want[:count].view(torch.int32)), count
     assert want[0].item() == 0.0 and str(want[1].item()) == ("-0.0" if D >= 256 else "0.0")

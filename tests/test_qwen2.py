@@ -24,7 +24,7 @@ def cfg_of(di):
     return lambda family, **changes: di.ModelConfig.from_dict(dict(synthetic.CONFIGS[family], **changes))
 
 
-def test_qwen2_config(cfg_of):
+def test_qwen2_config(di, cfg_of):
     c = cfg_of("qwen2")
     assert (c.family, c.qkv_bias, c.o_bias, c.qk_norm, c.sliding_window) == ("qwen2", True, False, False, 0)
     assert {r[0] for r in c.layer_rows()} == {0}  # sliding_window is ignored without use_sliding_window
@@ -37,6 +37,11 @@ def test_qwen2_config(cfg_of):
                layer_types=["sliding_attention", "full_attention", "sliding_attention"])
     assert [r[0] for r in c.layer_rows()] == [40, 0, 40]
     assert [r[0] for r in cfg_of("qwen2", use_sliding_window=True, max_window_layers=3).layer_rows()] == [0, 0, 0]
+    # transformers' defaults: a missing window is 4096, a null one means no sliding layers
+    no_window = {k: v for k, v in synthetic.CONFIGS["qwen2"].items() if k != "sliding_window"}
+    c = di.ModelConfig.from_dict({**no_window, "use_sliding_window": True, "max_window_layers": 2})
+    assert [r[0] for r in c.layer_rows()] == [0, 0, 4096]
+    assert {r[0] for r in cfg_of("qwen2", use_sliding_window=True, sliding_window=None).layer_rows()} == {0}
     c = cfg_of("llama", attention_bias=True)
     assert c.qkv_bias and c.o_bias
 
@@ -44,7 +49,8 @@ def test_qwen2_config(cfg_of):
 @pytest.mark.parametrize("changes,message", [
     (dict(use_sliding_window=False, layer_types=["sliding_attention"] * 3), "'use_sliding_window' is false"),
     (dict(use_sliding_window=True, layer_types=["sliding_attention"] * 2), "'layer_types' must list 3"),
-    (dict(use_sliding_window=True, sliding_window=None), "no 'sliding_window'"),
+    (dict(use_sliding_window=True, sliding_window=None, layer_types=["sliding_attention"] * 3),
+     "'sliding_window' is null"),
     (dict(use_sliding_window="yes"), "'use_sliding_window' must be true or false"),
     (dict(mlp_bias=True), "'mlp_bias'"),
 ])

@@ -89,12 +89,41 @@ def test_the_model_keeps_its_own_copy(qwen2):
     assert torch.equal(_bits(qwen2.teacher_forced_logits(IDS)), _bits(after))
 
 
-def test_tied_head_equal_to_the_embedding_and_rotary_buffers_are_accepted(qwen2):
+def test_tied_head_equal_to_the_embedding_and_rotary_buffers_are_accepted(di, qwen2, tmp_path):
+    """A tied model's state_dict() has lm_head.weight (the embedding) and may have rotary buffers:
+    both are taken and ignored, and the result is a fresh load of the rest."""
     sd = synthetic.state_dict("qwen2", seed=1)
-    sd["lm_head.weight"] = sd["model.embed_tokens.weight"].float()  # a tied model's state_dict() has both
+    fresh = _fresh(di, tmp_path, "qwen2", sd, "fresh")
+    sd["lm_head.weight"] = sd["model.embed_tokens.weight"].float()
     sd["model.rotary_emb.inv_freq"] = torch.ones(24)
     qwen2.update_weights(sd)
     assert qwen2.weights_version == 1
+    assert torch.equal(_bits(qwen2.teacher_forced_logits(IDS)), _bits(fresh.teacher_forced_logits(IDS)))
+    qwen2.update_weights({"model.rotary_emb.inv_freq": torch.ones(24)})  # nothing to change: no new version
+    assert qwen2.weights_version == 1 and qwen2.weights_updated
+
+
+def test_gemma4_update_equals_a_fresh_load(di, tmp_path):
+    """Gemma-4: layer scalars, the made-here entries (the weightless v norm, the softcap) kept, and
+    the KV-sharing layers' absent k/v names refused."""
+    d = synthetic.write_checkpoint("gemma4", str(tmp_path / "g"))
+    mm = di.MegaModel.from_pretrained(d, max_context=128)
+    new = synthetic.state_dict("gemma4", seed=1)
+    mm.update_weights(new)
+    fresh = _fresh(di, tmp_path, "gemma4", new, "fresh")
+    assert torch.equal(_bits(mm.teacher_forced_logits(IDS)), _bits(fresh.teacher_forced_logits(IDS)))
+    with pytest.raises(ValueError, match="'model.layers.9.self_attn.k_proj.weight' is not a weight"):
+        mm.update_weights({"model.layers.9.self_attn.k_proj.weight": torch.zeros(32, 128)})
+
+
+def test_a_state_made_after_an_update_is_current(qwen2):
+    """A state created after the update holds the new weights' K/V from its first position on, even
+    when it is continued from a length set by hand (tests/test_long_context.py does)."""
+    qwen2.update_weights({"model.norm.weight": torch.ones(128)})
+    s = qwen2.new_state(64)
+    s.length = 3
+    assert qwen2.extend(IDS[3:6], s).shape == (1000,)
+    assert s.length == 6
 
 
 def test_states_filled_before_the_update_must_be_prefilled_again(qwen2):

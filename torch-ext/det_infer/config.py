@@ -354,17 +354,19 @@ def _gemma4_fields(d, window, head_dim):
 
 def _qwen2_fields(d):
     """Qwen2's sliding-window layers as transformers' Qwen2Config defines them: with
-    use_sliding_window, the layers listed as "sliding_attention" in layer_types (by default those
-    from max_window_layers on) see the last sliding_window positions; without it, every layer is
-    full attention. The sliding layers rotate by the model's one rope table."""
-    if not _bool(d, "use_sliding_window"):
+    use_sliding_window and a sliding_window (default 4096; null: none), the layers listed as
+    "sliding_attention" in layer_types (by default those from max_window_layers on) see the last
+    sliding_window positions; otherwise every layer is full attention (layer_types listing sliding
+    layers then is refused as contradictory). The sliding layers rotate by the model's one rope table."""
+    window = d.get("sliding_window", 4096) if _bool(d, "use_sliding_window") else None
+    if window is None:
         types = d.get("layer_types")
         if isinstance(types, (list, tuple)) and "sliding_attention" in types:
-            raise ValueError("det-infer: config field 'layer_types' lists sliding_attention layers but "
-                             "'use_sliding_window' is false; set one or the other")
+            raise ValueError("det-infer: config field 'layer_types' lists sliding_attention layers but no window "
+                             "applies ('use_sliding_window' is false or 'sliding_window' is null)")
         return {}
     n = _int(d, "num_hidden_layers")
-    window = _int(d, "sliding_window")
+    window = _int({"sliding_window": window}, "sliding_window")
     first = _int(d, "max_window_layers", 28, minimum=0)
     types = _gemma_layer_types(d, n, window, lambda: ["sliding_attention" if i >= first else "full_attention"
                                                       for i in range(n)])

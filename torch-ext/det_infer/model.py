@@ -156,6 +156,7 @@ class MegaModel:
         self._lock = threading.RLock()  # see _exclusive
         self.source = None  # {"format", "files"} when loaded from files (certificate.py)
         self.weights_version = 0  # update_weights' count; a KVState remembers the one it was filled under
+        self.weights_updated = False  # the files in source no longer identify the weights (certificate.py)
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
@@ -223,6 +224,8 @@ class MegaModel:
         from . import weight_update
 
         updates = weight_update.prepare(self, tensors)
+        if not updates:
+            return  # nothing but ignored entries (rotary buffers, a tied head equal to the embedding)
         weights = list(self._weights)
         for i, w in updates.items():
             weights[i] = w
@@ -286,8 +289,6 @@ class MegaModel:
             if first.get(i, 0) > 0 and s.weights_version != self.weights_version:
                 raise ValueError("det-infer: this KV state was filled before update_weights replaced the weights; "
                                  "prefill it again (or reset() it) to continue with the new weights")
-        for s in states:
-            s.weights_version = self.weights_version
         n_want = int(sum(want))
         logits = torch.empty((n_want, self.config.vocab_size), dtype=torch.float32, device=self.device)
         args = (self._native, torch.tensor(tokens, dtype=torch.int32), torch.tensor(positions, dtype=torch.int64),
@@ -297,10 +298,14 @@ class MegaModel:
             ops.mak_forward(*args)
         else:
             ops.mega_forward(*args, self._geometry_list())
+        for s in states:  # only once the call has written their new positions
+            s.weights_version = self.weights_version
         return logits
 
     def _new_kv(self, capacity):
-        return KVState(self.config, capacity, self.device)
+        state = KVState(self.config, capacity, self.device)
+        state.weights_version = self.weights_version
+        return state
 
     def new_state(self, capacity=None) -> KVState:
         capacity = self.max_context if capacity is None else capacity
