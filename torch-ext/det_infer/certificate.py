@@ -107,11 +107,16 @@ def step_chain(seed, tokens, step_logits):
     row = len(data) // max(len(tokens), 1)
     chain, prev = [], seed
     for i, tok in enumerate(tokens):
-        h = hashlib.sha256(prev + int(tok).to_bytes(4, "little", signed=True))
-        h.update(data[i * row:(i + 1) * row])
-        prev = h.digest()
+        prev = chain_next(prev, tok, data[i * row:(i + 1) * row])
         chain.append(prev.hex())
     return chain
+
+
+def chain_next(prev, token, row_bytes):
+    """c_i (raw bytes) from c_{i-1} (raw bytes), token_i and f32_bytes of logits_i."""
+    h = hashlib.sha256(prev + int(token).to_bytes(4, "little", signed=True))
+    h.update(row_bytes)
+    return h.digest()
 
 
 # Merkle tree over the chain (RFC 6962's domain separation; an odd node is carried up, never doubled).
@@ -184,22 +189,36 @@ def verify_step(root, step, step_digest, proof):
 def make(mm, prompt_ids, max_new, stop_ids=None, **sampling):
     """Generate with mm (greedily, or with the sampling keywords of MegaModel.generate:
     temperature, top_k, top_p, min_p, seed) and return the certificate (a dict; json.dump it)."""
-    from . import CONTRACT_VERSION
-
     unknown = set(sampling) - set(SAMPLING_FIELDS)
     if unknown:
         raise TypeError(f"det-infer: unknown sampling keyword(s) {sorted(unknown)}; known: {SAMPLING_FIELDS}")
     prompt_ids = mm._ids(prompt_ids)  # a list, tensor or tokenizer output, checked against the vocabulary
     tokens, logits = mm.generate(prompt_ids, max_new=max_new, stop_ids=stop_ids, return_logits=True, **sampling)
+    cert = header(model_identity(mm), prompt_ids, max_new, stop_ids, sampling)
+    return seal(cert, tokens, step_chain(header_digest(cert["binding"]), tokens, logits), mm)
+
+
+def header(identity, prompt_ids, max_new, stop_ids, sampling):
+    """A certificate's bound fields and their binding, before any token: model_identity(mm), the
+    prompt, max_new, the stop ids and the sampling keywords (greedy at temperature 0). The chain's
+    seed is header_digest(cert["binding"])."""
+    from . import CONTRACT_VERSION
+
     generation = {"mode": "greedy", "max_new": int(max_new), "stop_ids": [int(s) for s in (stop_ids or [])]}
     if sampling.get("temperature", 0.0) > 0:
         params = {**SAMPLING_DEFAULTS, **sampling}
         generation.update(mode="sampled", **{k: float(v) if k in _FLOAT_FIELDS else int(v) for k, v in params.items()})
     cert = {"format": FORMAT, "format_version": FORMAT_VERSION, "contract_version": CONTRACT_VERSION,
-            "model": model_identity(mm), "prompt_ids": [int(t) for t in prompt_ids], "generation": generation}
+            "model": identity, "prompt_ids": [int(t) for t in prompt_ids], "generation": generation}
     cert["binding"] = binding(cert)
-    cert["tokens"] = tokens
-    cert["chain"] = step_chain(header_digest(cert["binding"]), tokens, logits)
+    return cert
+
+
+def seal(cert, tokens, chain, mm):
+    """The certificate: header(...) with the generated tokens, their chain (hex digests), its
+    Merkle root and the informational fields of the machine that ran mm."""
+    cert["tokens"] = [int(t) for t in tokens]
+    cert["chain"] = list(chain)
     cert["merkle_root"] = merkle_root(cert["chain"])
     cert["package"] = "det-infer 1"
     cert["environment"] = {"machine": platform.machine(), "python": platform.python_version(),
