@@ -15,7 +15,7 @@ tables (docs/SPEC.md), `di.certificate` makes and verifies replayable generation
 native ops these call; it is not part of the v1 surface, and ops named `_test_*` exist only for
 the test suite and benchmarks.
 """
-from . import certificate, contract, lm_eval, rope, serving, text
+from . import certificate, contract, lm_eval, openai_protocol, rope, serving, text
 from ._ops import add_op_namespace_prefix, ops
 from .config import ModelConfig
 from .model import KVState, MegaModel
@@ -23,5 +23,6 @@ from .model import KVState, MegaModel
 CONTRACT_VERSION = contract.CONTRACT_VERSION
 
 # The v1 surface (the hub card lists it).
-__all__ = ["CONTRACT_VERSION", "KVState", "MegaModel", "ModelConfig", "certificate", "contract", "lm_eval", "rope", "serving",
+__all__ = ["CONTRACT_VERSION", "KVState", "MegaModel", "ModelConfig", "certificate", "contract", "lm_eval", "openai_protocol", "rope",
+           "serving",
            "text"]
