@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The server under load (scripts/serve.py, docs/RESULTS.md §10): --clients random requests (prompts,
+"""The server under load (scripts/serve.py, docs/RESULTS.md §12): --clients random requests (prompts,
 lengths, sampling settings, streaming, n, arrival times) sent one at a time, then all concurrently
 with arrivals spread over --spread seconds; every answer of both runs checked against `generate` on
 that request alone (tokens, text, logprobs); throughput and latency percentiles of the two runs side

@@ -6,6 +6,8 @@ get clear errors and leave the server serving; lm-eval's local-completions throu
 the in-process DetInferLM's results."""
 import json
 import random
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 from det_fixtures import synthetic
-from det_fixtures.server import Server, answer_of, expected, post, random_client
+from det_fixtures.server import ROOT, Server, answer_of, expected, post, random_client
 
 MAX_CONTEXT = 160
 
@@ -92,7 +94,7 @@ def test_echo_scores_prompt_tokens_like_score(server, offline):
     assert len(lp["top_logprobs"]) == len(prompt) and all(len(t) == 1 for t in lp["top_logprobs"][1:])
 
 
-def test_stop_strings_cut_text_and_certify_what_ran(di, server, offline):
+def test_stop_strings_cut_text_and_certify_what_ran(di, server, offline, tiny_dir, tmp_path):
     mm, tok = offline
     prompt = list(range(40, 70))
     full = mm.generate(prompt, 30, stop_on_eos=False)
@@ -105,6 +107,11 @@ def test_stop_strings_cut_text_and_certify_what_ran(di, server, offline):
     n = len(c["certificate"]["tokens"])
     assert c["certificate"]["tokens"] == full[:n] and c["certificate"]["generation"]["max_new"] == n < 30
     assert di.certificate.verify(mm, c["certificate"])["match"]
+    path = tmp_path / "cert.json"  # as a client checks it: scripts/verify.py against the model's files
+    path.write_text(json.dumps(c["certificate"]))
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "verify.py"), str(path), "--model", str(tiny_dir)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "MATCH" in r.stdout, r.stdout + r.stderr
 
 
 @pytest.mark.parametrize("body,status,says", [

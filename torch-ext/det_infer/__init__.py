@@ -10,8 +10,10 @@ Load it as a Hugging Face kernel:
     tokens = mm.generate(prompt_ids, max_new=128)
 
 `di.contract` exposes the IEEE-only math every executor shares, `di.rope` the exact rope frequency
-tables (docs/SPEC.md), `di.certificate` makes and verifies replayable generation certificates, and
-`di.lm_eval.DetInferLM` is the lm-evaluation-harness model (needs lm-eval). `di.ops` holds the
+tables (docs/SPEC.md), `di.certificate` makes and verifies replayable generation certificates,
+`di.lm_eval.DetInferLM` is the lm-evaluation-harness model (needs lm-eval), and `di.serving` batches
+requests continuously with every answer the bits of the request alone (`di.openai_protocol` is its
+OpenAI-compatible HTTP protocol; the repository's scripts/serve.py serves it). `di.ops` holds the
 native ops these call; it is not part of the v1 surface, and ops named `_test_*` exist only for
 the test suite and benchmarks.
 """
@@ -23,6 +25,5 @@ from .model import KVState, MegaModel
 CONTRACT_VERSION = contract.CONTRACT_VERSION
 
 # The v1 surface (the hub card lists it).
-__all__ = ["CONTRACT_VERSION", "KVState", "MegaModel", "ModelConfig", "certificate", "contract", "lm_eval", "openai_protocol", "rope",
-           "serving",
-           "text"]
+__all__ = ["CONTRACT_VERSION", "KVState", "MegaModel", "ModelConfig", "certificate", "contract", "lm_eval",
+           "openai_protocol", "rope", "serving", "text"]

@@ -12,7 +12,6 @@ top_k, min_p and seed (default 0: the same request gets the same answer; choice 
 seed + j). Each choice carries its certificate (scripts/verify.py checks it).
 """
 import hashlib
-import json
 import threading
 import time
 import uuid
@@ -57,8 +56,8 @@ class Served:
         self.created = int(time.time())
         self._lock = threading.Lock()
         try:
-            identity = certificate.model_identity(mm)
-            self.model_sha256 = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+            # the sha256 of a certificate's "model" field as canonical JSON: its files' digests
+            self.model_sha256 = hashlib.sha256(certificate._canonical(certificate.model_identity(mm))).hexdigest()
         except certificate.CertificateError:
             self.model_sha256 = None
         self.fingerprint = f"det-infer/contract-{CONTRACT_VERSION}/model-sha256-{self.model_sha256 or 'none'}"
