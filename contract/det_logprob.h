@@ -49,6 +49,17 @@ DET_HD void det_log_softmax_f32_ref(const float* logits, int64_t V, const det_sa
   for (int64_t i = 0; i < V; ++i) lp[i] = det_logprob_f32(det_logprob_shifted(logits[i], m, p), L);
 }
 
+// The renormalized logprobs of a kept set: the n tokens heap[V-1], ..., heap[V-n] (rank order) with
+// running sum c (det_sample_keep's output) to ids[0..n) and lp[0..n).
+DET_HD void det_logprob_of_kept(const float* logits, int64_t V, float m, const det_sample_params& p,
+                                const int32_t* heap, int64_t n, float c, int32_t* ids, float* lp) {
+  const float L = det_log_f32(c);
+  for (int64_t j = 0; j < n; ++j) {
+    ids[j] = heap[V - 1 - j];
+    lp[j] = det_logprob_f32(det_logprob_shifted(logits[ids[j]], m, p), L);
+  }
+}
+
 // The sampler's kept set under p's filters and its renormalized logprobs: ids[0..n) in rank order,
 // lp[0..n) theirs; returns n. e holds exp(d_i) for the row (as det_log_softmax_f32_ref makes it)
 // and S their canonical sum; m the row's max. Scratch: heap (V).
@@ -63,10 +74,6 @@ DET_HD int64_t det_logprob_kept(const float* logits, const float* e, int64_t V, 
   }
   float c;
   const int64_t n = det_sample_keep(e, V, S, p, heap, &c);
-  const float L = det_log_f32(c);
-  for (int64_t j = 0; j < n; ++j) {
-    ids[j] = heap[V - 1 - j];
-    lp[j] = det_logprob_f32(det_logprob_shifted(logits[ids[j]], m, p), L);
-  }
+  det_logprob_of_kept(logits, V, m, p, heap, n, c, ids, lp);
   return n;
 }

@@ -57,35 +57,47 @@ DET_HD bool det_sample_finite(float logit) { return logit - logit == 0.0f; }
 DET_HD float det_sample_scaled(float logit, const det_sample_params& p) { return det_div_f32(logit, p.temperature); }
 DET_HD float det_sample_weight(float z, float m) { return det_exp_f32(det_sub_f32(z, m)); }
 
+// The walk's rules, shared by every ranking of the tokens (the heap below; the CPU engine's radix
+// sort, det_infer_cpu/det_sample_cpu.cpp): the top_p target, whether the next-ranked token (weight
+// e_next, with n kept so far) is refused by min_p, and whether the walk stops after keeping n
+// tokens with running sum c.
+DET_HD float det_sample_target(float S, const det_sample_params& p) {
+  return p.top_p < 1.0f ? det_mul_f32(p.top_p, S) : 0.0f;
+}
+DET_HD bool det_sample_refused(float e_next, int64_t n, const det_sample_params& p) {
+  return n >= 1 && p.min_p > 0.0f && e_next < p.min_p;
+}
+DET_HD bool det_sample_full(int64_t n, float c, float target, const det_sample_params& p) {
+  return (p.top_k > 0 && n >= p.top_k) || (p.top_p < 1.0f && c >= target);
+}
+
 // Step 5 without the draw: the ranks and the filters over e (V weights) with S their canonical
 // sum. The kept tokens go to heap[V-1], heap[V-2], ... in rank order; returns their number n and
 // sets *c to their running sum (fl adds in rank order). Scratch: heap, V entries.
 DET_HD int64_t det_sample_keep(const float* e, int64_t V, float S, const det_sample_params& p, int32_t* heap,
                                float* c_out) {
-  const float target = p.top_p < 1.0f ? det_mul_f32(p.top_p, S) : 0.0f;
+  const float target = det_sample_target(S, p);
   for (int64_t i = 0; i < V; ++i) heap[i] = (int32_t)i;
   for (int64_t i = V / 2 - 1; i >= 0; --i) det_sample_sift(e, heap, V, i);
   int64_t n = 0, size = V;
   float c = 0.0f;
   while (size > 0) {
     const int32_t tok = heap[0];
-    if (n >= 1 && p.min_p > 0.0f && e[tok] < p.min_p) break;
+    if (det_sample_refused(e[tok], n, p)) break;
     heap[0] = heap[--size];
     heap[size] = tok;
     det_sample_sift(e, heap, size, 0);
     c = det_add_f32(c, e[tok]);
     ++n;
-    if ((p.top_k > 0 && n >= p.top_k) || (p.top_p < 1.0f && c >= target)) break;
+    if (det_sample_full(n, c, target, p)) break;
   }
   *c_out = c;
   return n;
 }
 
-// Step 5: the kept set (det_sample_keep), then the draw.
-DET_HD int32_t det_sample_walk(const float* e, int64_t V, float S, const det_sample_params& p, int64_t position,
-                               int32_t* heap) {
-  float c;
-  const int64_t n = det_sample_keep(e, V, S, p, heap, &c);
+// The draw among the n kept tokens heap[V-1], ..., heap[V-n] (rank order), c their running sum.
+DET_HD int32_t det_sample_draw(const float* e, int64_t V, const int32_t* heap, int64_t n, float c,
+                               const det_sample_params& p, int64_t position) {
   const float r = det_mul_f32(det_sample_uniform(p.seed, position), c);
   float run = 0.0f;
   for (int64_t j = 0; j < n; ++j) {
@@ -94,6 +106,14 @@ DET_HD int32_t det_sample_walk(const float* e, int64_t V, float S, const det_sam
     if (run > r) return tok;
   }
   return heap[V - n];
+}
+
+// Step 5: the kept set (det_sample_keep), then the draw.
+DET_HD int32_t det_sample_walk(const float* e, int64_t V, float S, const det_sample_params& p, int64_t position,
+                               int32_t* heap) {
+  float c;
+  const int64_t n = det_sample_keep(e, V, S, p, heap, &c);
+  return det_sample_draw(e, V, heap, n, c, p, position);
 }
 
 // The whole pick, sequentially (the CPU engine): the token generated at `position` from one row of

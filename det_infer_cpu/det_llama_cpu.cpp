@@ -18,6 +18,7 @@
 #include "../contract/det_trig.h"
 #include "det_kernels_cpu.h"
 #include "det_parallel.h"
+#include "det_sample_cpu.h"
 #include "../model/det_program.h"
 
 namespace {
@@ -429,7 +430,7 @@ int det_llama_generate(const det_llama_model* m, int64_t B, const int32_t* promp
     for (size_t a = 0; a < active.size(); ++a) {
       const int64_t b = active[a];
       const float* lg = logits.data() + a * V;
-      const int32_t id = sample ? det_sample_f32(lg, V, sample[b], next_pos[b], sample_e.data(), sample_heap.data())
+      const int32_t id = sample ? det_cpu_sample_f32(lg, V, sample[b], next_pos[b], sample_e.data(), sample_heap.data())
                                 : (int32_t)det_argmax_f32_ref(lg, V);
       out_tokens[b * max_new + t] = id;
       out_lengths[b] = t + 1;

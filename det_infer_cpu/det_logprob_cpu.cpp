@@ -9,6 +9,7 @@
 #include "../contract/det_logprob.h"
 #include "det_kernels_cpu.h"
 #include "det_parallel.h"
+#include "det_sample_cpu.h"
 
 namespace {
 
@@ -67,7 +68,16 @@ int64_t det_cpu_logprob_kept(const float* logits, int64_t V, const det_sample_pa
   std::vector<int32_t> heap(V);
   float m;
   const float S = row_terms(logits, V, p, z.data(), e.data(), &m);
-  const int64_t n = det_logprob_kept(logits, e.data(), V, S, m, p, ids, lp, heap.data());
+  for (int64_t i = 0; i < V; ++i) {  // det_logprob_kept's rule: a non-finite row keeps its argmax alone
+    if (!det_sample_finite(logits[i])) {
+      ids[0] = (int32_t)det_argmax_f32_ref(logits, V);
+      lp[0] = 0.0f;
+      return 1;
+    }
+  }
+  float c;
+  const int64_t n = det_cpu_sample_keep(e.data(), V, S, p, heap.data(), &c);  // det_sample_keep's set
+  det_logprob_of_kept(logits, V, m, p, heap.data(), n, c, ids, lp);
   for (int64_t j = 0; j < n; ++j) lp[j] = det_canonical_f32(lp[j]);
   return n;
 }

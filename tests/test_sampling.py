@@ -181,3 +181,26 @@ def test_bad_sampling_parameters(llama):
             mm.generate(prompt, max_new=2, **kw)
     with pytest.raises(ValueError, match="temperature has 1 values for 2 prompts"):
         mm.generate_batch([prompt, prompt], max_new=2, temperature=[1.0])
+
+
+@pytest.mark.parametrize("V", [1, 7, 1000, 49152])
+def test_engine_ranking_keeps_the_contracts_heap_set(di, V):
+    """The CPU engine ranks by a radix sort (det_infer_cpu/det_sample_cpu.cpp), the contract by a heap:
+    the same kept ids in the same order and the same running sum, bit for bit, with many exact ties,
+    zeros and the maximum 1.0 among the weights, under every filter; and a NaN weight (a temperature
+    so small that z overflows) takes the heap's own path."""
+    g = torch.Generator().manual_seed(V)
+    e = torch.randint(0, 64, (V,), generator=g).float() / 64  # ties everywhere, zeros included
+    e[torch.randint(0, V, (1,), generator=g)] = 1.0
+    e[: V // 3] = torch.rand(V // 3, generator=g) ** 8  # and distinct tiny weights
+    cases = [e.contiguous()]
+    if V > 1:
+        nan = e.clone()
+        nan[V // 2] = float("nan")
+        cases.append(nan)
+    for w in cases:
+        S = float(w[~w.isnan()].sum())
+        for k, p, m in [(0, 1.0, 0.0), (5, 1.0, 0.0), (0, 0.9, 0.0), (0, 1.0, 0.05), (40, 0.95, 0.02), (0, 0.3, 0.5)]:
+            ref_ids, ref_c = di.ops._test_sample_keep(w, S, k, p, m, True)
+            ids, c = di.ops._test_sample_keep(w, S, k, p, m, False)
+            assert torch.equal(ids, ref_ids) and (c == ref_c or math.isnan(c) and math.isnan(ref_c)), (V, k, p, m)

@@ -10,6 +10,7 @@
 #include "../det_infer_cpu/det_fpenv.h"
 #include "../det_infer_cpu/det_llama_cpu.h"
 #include "../det_infer_cpu/det_logprob_cpu.h"
+#include "../det_infer_cpu/det_sample_cpu.h"
 #include "model_args.h"
 #include "torch_binding.h"
 
@@ -82,7 +83,7 @@ int64_t sample_token(const torch::Tensor& logits, double temperature, int64_t to
   std::vector<float> e(V);
   std::vector<int32_t> heap(V);
   det_fpenv_guard env;
-  return det_sample_f32(logits.data_ptr<float>(), V, p, position, e.data(), heap.data());
+  return det_cpu_sample_f32(logits.data_ptr<float>(), V, p, position, e.data(), heap.data());
 }
 
 // The decode-step rule (det_decode_continues) for the Python per-step path.
@@ -152,6 +153,25 @@ std::tuple<torch::Tensor, torch::Tensor> logprob_kept(const torch::Tensor& logit
   return {out_ids, out_lp};
 }
 
+// Test-only: the sampler's kept set of weights e with canonical sum S, by the CPU engine's radix
+// ranking or (reference) the contract's heap: (ids in rank order, their running sum).
+std::tuple<torch::Tensor, double> test_sample_keep(const torch::Tensor& e, double S, int64_t top_k, double top_p,
+                                                   double min_p, bool reference) {
+  TORCH_CHECK_VALUE(e.scalar_type() == torch::kFloat32 && e.is_cpu() && e.is_contiguous() && e.dim() == 1 &&
+                        e.numel() >= 1,
+                    "det-infer: _test_sample_keep takes a contiguous 1-d float32 CPU tensor of weights");
+  const int64_t V = e.numel();
+  const det_sample_params p{1.0f, (int32_t)top_k, (float)top_p, (float)min_p, 0};
+  std::vector<int32_t> heap(V);
+  float c;
+  det_fpenv_guard env;
+  const int64_t n = reference ? det_sample_keep(e.data_ptr<float>(), V, (float)S, p, heap.data(), &c)
+                              : det_cpu_sample_keep(e.data_ptr<float>(), V, (float)S, p, heap.data(), &c);
+  torch::Tensor ids = torch::empty({n}, torch::kInt64);
+  for (int64_t j = 0; j < n; ++j) ids.data_ptr<int64_t>()[j] = heap[V - 1 - j];
+  return {ids, (double)c};
+}
+
 // The model's layer plan (model/det_layer_plan.h): each step's kind name, and flat (layer, weight
 // rows, k, output norm) per step: what a performance model needs of it (benchmarks/gpu_model.py), read from the
 // plan the executors run. Weight rows: the rows of length k the step streams per tile (MLP: the
@@ -201,4 +221,8 @@ void register_llama_ops(torch::Library& ops) {
   // The sampler's kept set of one row (rank order) and its renormalized logprobs.
   ops.def("logprob_kept(Tensor logits, float temperature, int top_k, float top_p, float min_p) -> (Tensor, Tensor)");
   ops.impl("logprob_kept", torch::kCPU, &logprob_kept);
+  // Test-only: the kept set by the engine's ranking or the contract's heap (tests/test_sampling.py).
+  ops.def("_test_sample_keep(Tensor e, float S, int top_k, float top_p, float min_p, bool reference) -> "
+          "(Tensor, float)");
+  ops.impl("_test_sample_keep", torch::kCPU, &test_sample_keep);
 }
