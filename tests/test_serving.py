@@ -118,3 +118,28 @@ def test_bad_requests_say_what_is_wrong(di, mm, changes, message):
     sched = di.serving.Scheduler(mm)
     with pytest.raises(ValueError, match=message):
         sched.check(di.serving.Request(**{**dict(prompt=[1, 2, 3], max_new=4), **changes}))
+
+
+def test_a_failing_client_callback_ends_only_its_own_request(di, mm):
+    """A stop_text that raises ends its request with an error event; a receiver that is gone (notify
+    raising RuntimeError, as a closed event loop does) cancels its request; the others finish."""
+    sched = di.serving.Scheduler(mm, max_batch=4).start()
+    try:
+        def boom(tokens):
+            raise KeyError("no such stop")
+
+        def gone(event):
+            raise RuntimeError("Event loop is closed")
+
+        broken = sched.submit(di.serving.Request(prompt=[4, 5, 6], max_new=8, stop_text=boom))
+        sched.submit(di.serving.Request(prompt=[4, 5, 6], max_new=8), notify=gone)
+        fine = sched.submit(di.serving.Request(prompt=[4, 5, 6], max_new=8, stop_on_eos=False))
+        with pytest.raises(RuntimeError, match="KeyError"):
+            broken.result(timeout=60)
+        assert fine.result(timeout=60)["tokens"] == mm.generate([4, 5, 6], 8)
+        deadline = time.time() + 30
+        while sched.load() != (0, 0) and time.time() < deadline:
+            time.sleep(0.01)
+        assert sched.load() == (0, 0)
+    finally:
+        sched.stop()

@@ -76,10 +76,13 @@ class Handle:
         return self._cancel.is_set()
 
     def _emit(self, event):
-        if self._notify is not None:
-            self._notify(event)
-        else:
+        if self._notify is None:
             self._events.put(event)
+            return
+        try:
+            self._notify(event)
+        except RuntimeError:  # the receiver is gone (an event loop closed at shutdown): nobody to tell
+            self.cancel()
 
     def events(self, timeout=None):
         """The events as they come, through the final "done" or "error" (queue mode only)."""
@@ -223,7 +226,11 @@ class Scheduler:
                     self._active.clear()
                     break
                 self._admit()
-            self._step()
+            try:
+                self._step()
+            except Exception as e:  # a bug here must not leave every client waiting forever
+                for seq in list(self._active):
+                    self._finish_error(seq, f"det-infer: the scheduler failed: {type(e).__name__}: {e}")
         for h in left:
             h._emit({"type": "error", "message": "det-infer: the server shut down before this request finished"})
 
@@ -236,8 +243,8 @@ class Scheduler:
             try:
                 state = self.mm._new_kv(len(req.prompt) + max(req.max_new, 1))
                 sample_f, sample_i = self.mm._sampling(1, **req.sampling())
-            except (MemoryError, ValueError) as e:
-                h._emit({"type": "error", "message": str(e)})
+            except Exception as e:  # no memory for its KV cache, or a request check missed
+                h._emit({"type": "error", "message": f"det-infer: {e}"})
                 continue
             params = (sample_f[0].tolist(), sample_i[0].tolist()) if sample_f.numel() else None
             stops = list(dict.fromkeys(list(req.stop_ids) + (list(self.mm.config.eos_token_ids)
