@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 from det_fixtures import synthetic
-from det_fixtures.server import ROOT, Server, answer_of, expected, post, random_client
+from det_fixtures.server import ROOT, Server, answer_of, expected, post, random_client, sse
 
 MAX_CONTEXT = 160
 
@@ -92,6 +92,43 @@ def test_echo_scores_prompt_tokens_like_score(server, offline):
     assert lp["token_logprobs"][0] is None
     assert lp["token_logprobs"][1:] == mm.score(prompt[:1], prompt[1:]).logprobs.tolist()
     assert len(lp["top_logprobs"]) == len(prompt) and all(len(t) == 1 for t in lp["top_logprobs"][1:])
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/completions", {"prompt": "The quick brown fox", "max_tokens": 9, "echo": True, "logprobs": 2, "n": 2,
+                         "temperature": 0.9, "seed": 7, "stop": ["zz"]}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 9, "logprobs": True,
+                              "top_logprobs": 3, "temperature": 0}),
+])
+def test_a_streamed_answer_is_the_whole_answer_in_pieces(server, path, body):
+    """The same request whole and streamed: the streamed text, logprobs, finish reasons and certificates
+    put together equal the whole answer's (echo's prompt and scores included); usage comes last."""
+    def flat(choices, chat):
+        return [(c["message"]["content"] if chat else c["text"],
+                 c["logprobs"]["content"] if chat else
+                 {k: c["logprobs"][k] for k in ("tokens", "token_logprobs", "top_logprobs")},
+                 c["finish_reason"], c["certificate"]) for c in sorted(choices, key=lambda c: c["index"])]
+    chat = path == "/v1/chat/completions"
+    whole = post(server.url, path, body).json()
+    with post(server.url, path, dict(body, stream=True, stream_options={"include_usage": True}), stream=True) as r:
+        chunks = sse(r)
+    assert chunks[-1]["usage"] == whole["usage"] and chunks[-1]["choices"] == []
+    parts = {}
+    for chunk in chunks[:-1]:
+        for c in chunk["choices"]:
+            p = parts.setdefault(c["index"], {"index": c["index"], "text": "", "message": {"content": ""},
+                                              "logprobs": {"content": [], "tokens": [], "token_logprobs": [],
+                                                           "top_logprobs": []}})
+            if chat:
+                p["message"]["content"] += c["delta"].get("content", "")
+            else:
+                p["text"] += c["text"]
+            for k, v in (c["logprobs"] or {}).items():
+                if k != "text_offset":
+                    p["logprobs"][k] += v
+            if c["finish_reason"] is not None:
+                p["finish_reason"], p["certificate"] = c["finish_reason"], c["certificate"]
+    assert flat(list(parts.values()), chat) == flat(whole["choices"], chat)
 
 
 def test_stop_strings_cut_text_and_certify_what_ran(di, server, offline, tiny_dir, tmp_path):
