@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "../contract/det_freq.h"
 #include "../contract/det_logprob.h"
 #include "det_kernels_cpu.h"
 #include "det_parallel.h"
@@ -80,4 +81,26 @@ int64_t det_cpu_logprob_kept(const float* logits, int64_t V, const det_sample_pa
   det_logprob_of_kept(logits, V, m, p, heap.data(), n, c, ids, lp);
   for (int64_t j = 0; j < n; ++j) lp[j] = det_canonical_f32(lp[j]);
   return n;
+}
+
+void det_cpu_token_freqs(const float* logits, int64_t n, int64_t V, int32_t* f) {
+  det_fpenv_guard env;
+  det_parallel_chunks(n, [&](int64_t r0, int64_t r1) {
+    std::vector<float> e(V);
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* row = logits + r * V;
+      int32_t* out = f + r * V;
+      bool finite = true;
+      for (int64_t i = 0; i < V && finite; ++i) finite = det_sample_finite(row[i]);
+      if (!finite) {
+        det_freq_f32_ref(row, V, out, e.data());  // the header's own rule for a non-finite row
+        continue;
+      }
+      float m = row[0];
+      for (int64_t i = 1; i < V; ++i) m = row[i] > m ? row[i] : m;
+      det_exp_sub(row, m, e.data(), V);  // det_sample_weight, vectorized (the same bits)
+      const float c = det_freq_scale(det_sum_f32_ref(e.data(), V));
+      for (int64_t i = 0; i < V; ++i) out[i] = det_freq_of(e[i], c);
+    }
+  }, 2);
 }

@@ -19,3 +19,7 @@ void det_cpu_log_softmax_rows(const float* logits, int64_t n, int64_t V, const d
 // The sampler's kept set of one row under p's filters, in rank order, and its renormalized
 // logprobs: ids[0..n), lp[0..n) (V entries each); returns n.
 int64_t det_cpu_logprob_kept(const float* logits, int64_t V, const det_sample_params& p, int32_t* ids, float* lp);
+
+// f[r*V + i] = the compression frequency of id i in row r (contract/det_freq.h, docs/SPEC.md §18.1)
+// for each of n rows. Rows run in parallel.
+void det_cpu_token_freqs(const float* logits, int64_t n, int64_t V, int32_t* f);

@@ -153,6 +153,16 @@ std::tuple<torch::Tensor, torch::Tensor> logprob_kept(const torch::Tensor& logit
   return {out_ids, out_lp};
 }
 
+// The compression frequencies of rows of logits (contract/det_freq.h): out (n, V) int32.
+void token_freqs(const torch::Tensor& logits, torch::Tensor& out) {
+  TORCH_CHECK_VALUE(logits.scalar_type() == torch::kFloat32 && logits.is_cpu() && logits.is_contiguous() &&
+                        logits.dim() == 2 && logits.size(1) >= 1,
+                    "det-infer: token_freqs takes contiguous (n, V) float32 CPU logits");
+  TORCH_CHECK_VALUE(out.scalar_type() == torch::kInt32 && out.is_contiguous() && out.sizes() == logits.sizes(),
+                    "det-infer: token_freqs' out must be int32 of the logits' shape");
+  det_cpu_token_freqs(logits.data_ptr<float>(), logits.size(0), logits.size(1), out.data_ptr<int32_t>());
+}
+
 // Test-only: the sampler's kept set of weights e with canonical sum S, by the CPU engine's radix
 // ranking or (reference) the contract's heap: (ids in rank order, their running sum).
 std::tuple<torch::Tensor, double> test_sample_keep(const torch::Tensor& e, double S, int64_t top_k, double top_p,
@@ -221,6 +231,9 @@ void register_llama_ops(torch::Library& ops) {
   // The sampler's kept set of one row (rank order) and its renormalized logprobs.
   ops.def("logprob_kept(Tensor logits, float temperature, int top_k, float top_p, float min_p) -> (Tensor, Tensor)");
   ops.impl("logprob_kept", torch::kCPU, &logprob_kept);
+  // Integer frequencies of rows of logits for lossless compression (docs/SPEC.md §18.1).
+  ops.def("token_freqs(Tensor logits, Tensor! out) -> ()");
+  ops.impl("token_freqs", torch::kCPU, &token_freqs);
   // Test-only: the kept set by the engine's ranking or the contract's heap (tests/test_sampling.py).
   ops.def("_test_sample_keep(Tensor e, float S, int top_k, float top_p, float min_p, bool reference) -> "
           "(Tensor, float)");

@@ -17,7 +17,7 @@ OpenAI-compatible HTTP protocol; the repository's scripts/serve.py serves it). `
 native ops these call; it is not part of the v1 surface, and ops named `_test_*` exist only for
 the test suite and benchmarks.
 """
-from . import certificate, contract, lm_eval, openai_protocol, rope, serving, text
+from . import certificate, compress, contract, lm_eval, openai_protocol, rope, serving, text
 from ._ops import add_op_namespace_prefix, ops
 from .config import ModelConfig
 from .model import KVState, MegaModel
@@ -25,5 +25,5 @@ from .model import KVState, MegaModel
 CONTRACT_VERSION = contract.CONTRACT_VERSION
 
 # The v1 surface (the hub card lists it).
-__all__ = ["CONTRACT_VERSION", "KVState", "MegaModel", "ModelConfig", "certificate", "contract", "lm_eval",
+__all__ = ["CONTRACT_VERSION", "KVState", "MegaModel", "ModelConfig", "certificate", "compress", "contract", "lm_eval",
            "openai_protocol", "rope", "serving", "text"]
