@@ -25,7 +25,8 @@ def main():
     ap.add_argument("--executor", choices=["engine", "emulated", "megakernel"], default="engine")
     ap.add_argument("--chunk-bytes", type=int, default=2048, help="bytes per independent chunk (compress)")
     ap.add_argument("--window", type=int, default=1024, help="tokens of context at most (compress)")
-    ap.add_argument("--batch", type=int, default=16, help="chunks decoded side by side (decompress)")
+    ap.add_argument("--batch", type=int, help="chunks decoded side by side (decompress; default: all, up to 64 "
+                    "on the CPU, 16 on the megakernel)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args()
     if len(args.paths) not in (2, 3):

@@ -37,13 +37,19 @@ class CompressError(ValueError):
 
 
 def model_sha256(mm):
-    """The sha256 of the model's identity (a certificate's "model" field as canonical JSON)."""
+    """The sha256 of the model's identity (a certificate's "model" field as canonical JSON), hashed
+    once per model and weights version (the files are read whole)."""
     from . import certificate
 
+    cached = getattr(mm, "_compress_sha256", None)
+    if cached is not None and cached[0] == mm.weights_version:
+        return cached[1]
     try:
-        return hashlib.sha256(certificate._canonical(certificate.model_identity(mm))).digest()
+        sha = hashlib.sha256(certificate._canonical(certificate.model_identity(mm))).digest()
     except certificate.CertificateError as e:
         raise CompressError(f"det-infer: compression needs a model loaded from files: {e}") from None
+    mm._compress_sha256 = (mm.weights_version, sha)
+    return sha
 
 
 def _prefix_id(mm, tok):
@@ -52,10 +58,13 @@ def _prefix_id(mm, tok):
 
 
 def _split(data, chunk_bytes):
-    """Chunks of about chunk_bytes, each ending at a UTF-8 character boundary when one is near."""
+    """ceil(len / chunk_bytes) chunks of nearly equal size (so that chunks decoded side by side end
+    together), each ending at a UTF-8 character boundary when one is near."""
+    n = -(-len(data) // chunk_bytes)
+    size = -(-len(data) // n) if n else 0
     out, i = [], 0
     while i < len(data):
-        j = min(len(data), i + chunk_bytes)
+        j = min(len(data), i + size)
         k = j
         while k > i + 1 and k < len(data) and k > j - 4 and (data[k] & 0xC0) == 0x80:
             k -= 1  # do not cut inside a character (a continuation byte starts the next chunk)
@@ -263,10 +272,14 @@ class _TokenChunk:
         return [self.stream[i - 1]], [i - 1 - b], [1]
 
 
-def decompress(mm, blob, *, batch=16, tokenizer=None, progress=None):
+MAX_BATCH_CPU = 64  # chunks side by side on the CPU executors (the megakernel takes batch_max())
+
+
+def decompress(mm, blob, *, batch=None, tokenizer=None, progress=None):
     """The bytes compress() coded in blob. Chunks decode up to batch at a time, side by side (any
-    batch gives the same bytes). Raises CompressError for another model or contract (naming
-    both) and for any corruption."""
+    batch gives the same bytes; default: every chunk, up to 64 on the CPU and batch_max() on the
+    megakernel). Raises CompressError for another model or contract (naming both) and for any
+    corruption."""
     from . import CONTRACT_VERSION
 
     h = read_header(blob)
@@ -278,8 +291,11 @@ def decompress(mm, blob, *, batch=16, tokenizer=None, progress=None):
     if h["sha"] != sha:
         raise CompressError(f"det-infer: the blob was made with the model whose identity hashes to {h['sha'].hex()}; "
                             f"the loaded model's is {sha.hex()}")
-    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= mm.batch_max():
-        raise ValueError(f"det-infer: batch must be an int in [1, {mm.batch_max()}], got {batch!r}")
+    most = mm.batch_max() if mm.executor == "megakernel" else MAX_BATCH_CPU
+    if batch is None:
+        batch = max(1, min(most, len(h["table"])))
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= most:
+        raise ValueError(f"det-infer: batch must be an int in [1, {most}] on the {mm.executor}, got {batch!r}")
     if h["window"] > mm.max_context:
         raise CompressError(f"det-infer: the blob's window is {h['window']} tokens; load the model with "
                             f"max_context >= {h['window']}")
