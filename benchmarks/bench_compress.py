@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Lossless compression with SmolLM2-135M-Instruct (di.compress, docs/RESULTS.md §13): bits per byte
 beside gzip -9, xz -9 and zstd -19 on the same files, and compression / decompression throughput
-(decompression with every chunk side by side, or --batch). Every blob is decompressed and compared.
+(decompression with every chunk side by side, or --batch), the decoder optionally the emulated
+megakernel. Every blob is decompressed and compared.
 
     .venv/bin/python benchmarks/bench_compress.py [FILE ...] [--chunk-bytes 2048] [--window 1024] [--batch N]
+    .venv/bin/python benchmarks/bench_compress.py --bytes 2048 --chunk-bytes 256 --decompress-executor emulated
 
 Default files: Debian's common-licenses Apache-2.0 and GPL-3 when present, else this repository's
 LICENSE.
@@ -35,6 +37,9 @@ def main():
     ap.add_argument("--chunk-bytes", type=int, default=2048)
     ap.add_argument("--window", type=int, default=1024)
     ap.add_argument("--batch", type=int, help="chunks decoded side by side (default: all, up to 64)")
+    ap.add_argument("--bytes", type=int, help="only the first N bytes of each file")
+    ap.add_argument("--decompress-executor", choices=["engine", "emulated"], default="engine",
+                    help="emulated: decode with the megakernel's device code on the CPU (slow; a few KB)")
     args = ap.parse_args()
     os.environ.setdefault("LOCAL_KERNELS", f"phanerozoic/det-infer={ROOT / 'build'}")
     from kernels import get_kernel
@@ -45,19 +50,21 @@ def main():
     load = di.MegaModel.from_gguf if str(model).endswith(".gguf") else di.MegaModel.from_pretrained
     mm = load(str(model), max_context=max(args.window, 64))
     tok = mm.tokenizer()
+    decoder = mm if args.decompress_executor == "engine" else \
+        load(str(model), max_context=max(args.window, 64), executor=args.decompress_executor)
     files = [Path(f) for f in args.files] or [f for f in DEFAULT_FILES if f.exists()] or [ROOT / "LICENSE"]
     mm.generate([5, 6, 7], 2)  # warm
     print(f"{'file':<12} {'bytes':>7} {'tokens':>7} {'det-infer':>10} {'gzip -9':>8} {'xz -9':>8} {'zstd -19':>8} "
           f"{'comp tok/s':>10} {'decomp tok/s':>12}")
     for f in files:
-        data = f.read_bytes()
+        data = f.read_bytes()[:args.bytes]
         counted = [0]
         t = time.perf_counter()
         blob = di.compress.compress(mm, data, chunk_bytes=args.chunk_bytes, window=args.window, tokenizer=tok,
                                     progress=lambda n: counted.__setitem__(0, counted[0] + n))
         t_comp = time.perf_counter() - t
         t = time.perf_counter()
-        out = di.compress.decompress(mm, blob, batch=args.batch, tokenizer=tok)
+        out = di.compress.decompress(decoder, blob, batch=args.batch, tokenizer=tok)
         t_dec = time.perf_counter() - t
         assert out == data, f"{f}: the round trip differs"
         bpb = lambda n: 8 * n / len(data)  # noqa: E731

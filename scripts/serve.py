@@ -82,25 +82,17 @@ def build_app(di, served, sched, max_body=8 << 20):
             raise proto.bad(f"the request body is not valid JSON: {e}") from None
 
     def submit_all(job, loop, queue):
-        """Submit every choice; on any refusal cancel the ones already queued."""
-        handles = []
-        try:
-            for i, req in enumerate(job.requests):
-                notify = (lambda i: lambda ev: loop.call_soon_threadsafe(queue.put_nowait, (i, ev)))(i)
-                handles.append(sched.submit(req, notify))
+        """Submit every choice of the job at once."""
+        notifies = [(lambda i: lambda ev: loop.call_soon_threadsafe(queue.put_nowait, (i, ev)))(i)
+                    for i in range(len(job.requests))]
+        try:  # all choices or none
+            return sched.submit_many(job.requests, notifies)
         except di.serving.QueueFull as e:
-            for h in handles:
-                h.cancel()
             raise proto.ApiError(429, str(e), code="queue_full") from None
         except di.serving.SchedulerStopped:
-            for h in handles:
-                h.cancel()
             raise proto.ApiError(503, "the server is shutting down", code="shutting_down") from None
         except (ValueError, TypeError) as e:
-            for h in handles:
-                h.cancel()
             raise proto.bad(str(e)) from None
-        return handles
 
     async def run(request, job):
         loop, queue = asyncio.get_running_loop(), asyncio.Queue()
@@ -108,14 +100,17 @@ def build_app(di, served, sched, max_body=8 << 20):
         handles = submit_all(job, loop, queue)
         if not job.stream:
             try:
+                checked = loop.time()
                 while not all(c.done for c in choices):
                     try:
                         i, ev = await asyncio.wait_for(queue.get(), 1.0)
+                        choices[i].add(ev)
                     except asyncio.TimeoutError:
+                        pass
+                    if loop.time() - checked >= 1.0:  # about once a second, events or not
+                        checked = loop.time()
                         if await request.is_disconnected():
                             return None
-                        continue
-                    choices[i].add(ev)
             finally:
                 for h in handles:
                     h.cancel()  # a no-op for finished ones; frees the slots of a vanished client

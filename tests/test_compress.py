@@ -102,18 +102,22 @@ def test_engine_blob_decodes_everywhere(di, tiny, mm, blob, tmp_path):
     assert (tmp_path / "again").read_bytes() == blob
 
 
+HEADER = "<4sBH32s32sIIIQII"
+
+
 def _with_header(blob, **fields):
     """blob with header fields replaced and its header CRC recomputed (a well-formed blob that lies)."""
-    h = list(struct.unpack_from("<4sBH32sIIIQII", blob))
-    names = ["magic", "version", "contract", "sha", "window", "chunk_bytes", "prefix", "length", "crc", "chunks"]
+    h = list(struct.unpack_from(HEADER, blob))
+    names = ["magic", "version", "contract", "sha", "tok_sha", "window", "chunk_bytes", "prefix", "length", "crc",
+             "chunks"]
     for k, v in fields.items():
         h[names.index(k)] = v
-    end = struct.calcsize("<4sBH32sIIIQII") + h[-1] * struct.calcsize("<BIII")
-    head = struct.pack("<4sBH32sIIIQII", *h) + blob[struct.calcsize("<4sBH32sIIIQII"):end]
+    end = struct.calcsize(HEADER) + h[-1] * struct.calcsize("<BIII")
+    head = struct.pack(HEADER, *h) + blob[struct.calcsize(HEADER):end]
     return head + struct.pack("<I", zlib.crc32(head)) + blob[end + 4:]
 
 
-def test_other_model_or_contract_is_refused_naming_both(di, tiny, mm, blob):
+def test_other_model_tokenizer_or_contract_is_refused_naming_both(di, tiny, mm, blob):
     other = di.MegaModel.from_pretrained(str(tiny / "other"), max_context=256)
     with pytest.raises(di.compress.CompressError, match="identity hashes to [0-9a-f]{64}; the loaded model's is"):
         di.compress.decompress(other, blob)
@@ -124,6 +128,14 @@ def test_other_model_or_contract_is_refused_naming_both(di, tiny, mm, blob):
         di.compress.decompress(mm, b"PK\x03\x04 not ours")
     with pytest.raises(di.compress.CompressError, match="format version 7"):
         di.compress.decompress(mm, _with_header(blob, version=7))
+    with pytest.raises(di.compress.CompressError, match="tokenizer whose description hashes to 00"):
+        di.compress.decompress(mm, _with_header(blob, tok_sha=bytes(32)))
+    with pytest.raises(di.compress.CompressError, match="over max_length=100"):
+        di.compress.decompress(mm, blob, max_length=100)
+    with pytest.raises(di.compress.CompressError, match="does not match its size"):  # forged, CRC recomputed
+        di.compress.decompress(mm, _with_header(blob, length=2**40))
+    with pytest.raises(di.compress.CompressError, match="chunk count"):
+        di.compress.decompress(mm, _with_header(blob, chunk_bytes=1))
 
 
 def test_truncated_and_mutated_blobs_never_decode_wrong(di, mm):

@@ -106,7 +106,7 @@ def test_a_streamed_answer_is_the_whole_answer_in_pieces(server, path, body):
     def flat(choices, chat):
         return [(c["message"]["content"] if chat else c["text"],
                  c["logprobs"]["content"] if chat else
-                 {k: c["logprobs"][k] for k in ("tokens", "token_logprobs", "top_logprobs")},
+                 {k: c["logprobs"][k] for k in ("tokens", "token_logprobs", "top_logprobs", "text_offset")},
                  c["finish_reason"], c["certificate"]) for c in sorted(choices, key=lambda c: c["index"])]
     chat = path == "/v1/chat/completions"
     whole = post(server.url, path, body).json()
@@ -118,14 +118,13 @@ def test_a_streamed_answer_is_the_whole_answer_in_pieces(server, path, body):
         for c in chunk["choices"]:
             p = parts.setdefault(c["index"], {"index": c["index"], "text": "", "message": {"content": ""},
                                               "logprobs": {"content": [], "tokens": [], "token_logprobs": [],
-                                                           "top_logprobs": []}})
+                                                           "top_logprobs": [], "text_offset": []}})
             if chat:
                 p["message"]["content"] += c["delta"].get("content", "")
             else:
                 p["text"] += c["text"]
             for k, v in (c["logprobs"] or {}).items():
-                if k != "text_offset":
-                    p["logprobs"][k] += v
+                p["logprobs"][k] += v
             if c["finish_reason"] is not None:
                 p["finish_reason"], p["certificate"] = c["finish_reason"], c["certificate"]
     assert flat(list(parts.values()), chat) == flat(whole["choices"], chat)
@@ -166,6 +165,8 @@ def test_stop_strings_cut_text_and_certify_what_ran(di, server, offline, tiny_di
     ({"prompt": "hi", "max_tokens": 0}, 400, "needs echo"),
     ({"prompt": "hi", "stop": [""]}, 400, "stop must be"),
     ({"prompt": ""}, 400, "must not be empty"),
+    ({"prompt": [3.5]}, 400, "list of token ids"),
+    ({"prompt": "hi", "stop_token_ids": 7}, 400, "stop_token_ids must be"),
 ])
 def test_bad_requests_get_clear_errors_and_the_server_keeps_serving(server, body, status, says):
     r = post(server.url, "/v1/completions", body)

@@ -143,3 +143,27 @@ def test_a_failing_client_callback_ends_only_its_own_request(di, mm):
         assert sched.load() == (0, 0)
     finally:
         sched.stop()
+
+
+def test_submit_many_is_all_or_none_and_gone_clients_hold_no_place(di, mm):
+    R = di.serving.Request
+    sched = di.serving.Scheduler(mm, max_batch=1, max_waiting=3).start()
+    try:
+        long = sched.submit(R(prompt=[5, 6, 7], max_new=MAX_CONTEXT - 3, stop_on_eos=False))
+        deadline = time.time() + 30
+        while sched.load() != (1, 0) and time.time() < deadline:
+            time.sleep(0.005)
+        a, b = sched.submit_many([R(prompt=[5], max_new=2), R(prompt=[6], max_new=2)])
+        with pytest.raises(di.serving.QueueFull):  # two more do not fit: neither is queued
+            sched.submit_many([R(prompt=[5], max_new=2), R(prompt=[6], max_new=2)])
+        assert sched.load() == (1, 2)
+        a.cancel(), b.cancel()  # their clients left: three new ones fit
+        handles = sched.submit_many([R(prompt=[7 + i], max_new=2, stop_on_eos=False) for i in range(3)])
+        long.cancel()
+        assert [h.result(timeout=60)["tokens"] for h in handles] == [mm.generate([7 + i], 2) for i in range(3)]
+        # a stop string completed by the token that reaches max_new: the reason is "stop", certified as run
+        res = sched.submit(R(prompt=[8, 9], max_new=3, stop_on_eos=False,
+                             stop_text=lambda toks: len(toks) >= 3)).result(timeout=60)
+        assert res["finish_reason"] == "stop" and di.certificate.verify(mm, res["certificate"])["match"]
+    finally:
+        sched.stop()

@@ -12,9 +12,10 @@ after a one-token prefix, within a sliding window of `window` tokens. Any other 
 data, invalid UTF-8) is coded byte by byte with an adaptive order-0 byte model. Chunks are
 independent: the encoder runs each as one prefill, the decoder runs up to batch chunks side by side,
 one token each per batched step. The container records everything the decoder needs (§18.3) and
-is refused, naming what differs, for another model or contract, and on any corruption.
+is refused, naming what differs, for another model, tokenizer or contract, and on any corruption.
 """
 import hashlib
+import json
 import struct
 import zlib
 
@@ -25,11 +26,12 @@ from ._ops import ops
 
 MAGIC = b"DETZ"
 FORMAT_VERSION = 1
-HEADER = struct.Struct("<4sBH32sIIIQII")  # magic, version, contract, model sha256, window, chunk_bytes,
-#                                           prefix id, length, crc32 of the data, chunks
+HEADER = struct.Struct("<4sBH32s32sIIIQII")  # magic, version, contract, model sha256, tokenizer sha256,
+#                                             window, chunk_bytes, prefix id, length, crc32 of the data, chunks
 CHUNK = struct.Struct("<BIII")  # mode, symbols, original bytes, coded bytes
 MODE_TOKENS, MODE_BYTES = 0, 1
 LOGIT_ROWS = 256  # logit rows per native call while encoding
+MAX_LENGTH = 1 << 30  # decompress refuses a blob claiming more bytes unless told otherwise
 
 
 class CompressError(ValueError):
@@ -52,26 +54,33 @@ def model_sha256(mm):
     return sha
 
 
+def tokenizer_sha256(tok):
+    """The sha256 of the tokenizer's full description (a fast tokenizer's tokenizer.json as the
+    tokenizers library writes it; else its vocabulary): token chunks decode through it."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    text = backend.to_str() if backend is not None else json.dumps(sorted(tok.get_vocab().items()))
+    return hashlib.sha256(text.encode()).digest()
+
+
 def _prefix_id(mm, tok):
     bos = getattr(tok, "bos_token_id", None)
     return bos if bos is not None else mm.config.eos_token_ids[0]
 
 
 def _split(data, chunk_bytes):
-    """ceil(len / chunk_bytes) chunks of nearly equal size (so that chunks decoded side by side end
-    together), each ending at a UTF-8 character boundary when one is near."""
+    """n = ceil(len / chunk_bytes) chunks: the cut k at k * ceil(len / n), moved back (at most 3
+    bytes) so that no UTF-8 character is split, so that chunks decoded side by side end together."""
     n = -(-len(data) // chunk_bytes)
     size = -(-len(data) // n) if n else 0
-    out, i = [], 0
-    while i < len(data):
-        j = min(len(data), i + size)
-        k = j
-        while k > i + 1 and k < len(data) and k > j - 4 and (data[k] & 0xC0) == 0x80:
-            k -= 1  # do not cut inside a character (a continuation byte starts the next chunk)
-        j = k if k > i and (k == len(data) or (data[k] & 0xC0) != 0x80) else j
-        out.append(data[i:j])
-        i = j
-    return out
+    cuts = [0]
+    for k in range(1, n):
+        c = k * size
+        back = c
+        while back > c - 3 and back > cuts[-1] + 1 and (data[back] & 0xC0) == 0x80:
+            back -= 1
+        cuts.append(back if (data[back] & 0xC0) != 0x80 else c)
+    cuts.append(len(data))
+    return [data[a:b] for a, b in zip(cuts, cuts[1:])]
 
 
 def _tokens_of(tok, chunk):
@@ -218,8 +227,8 @@ def compress(mm, data, *, chunk_bytes=2048, window=1024, tokenizer=None, progres
             if progress:
                 progress(len(chunk))
         payloads.append(coded)
-    head = HEADER.pack(MAGIC, FORMAT_VERSION, CONTRACT_VERSION, sha, window, chunk_bytes, prefix, len(data),
-                       zlib.crc32(data), len(table))
+    head = HEADER.pack(MAGIC, FORMAT_VERSION, CONTRACT_VERSION, sha, tokenizer_sha256(tok), window, chunk_bytes,
+                       prefix, len(data), zlib.crc32(data), len(table))
     head += b"".join(CHUNK.pack(*row) for row in table)
     return head + struct.pack("<I", zlib.crc32(head)) + b"".join(payloads)
 
@@ -232,7 +241,7 @@ def read_header(blob):
     blob = bytes(blob)
     if len(blob) < HEADER.size + 4 or blob[:4] != MAGIC:
         raise CompressError("det-infer: not a det-infer compressed blob (no DETZ header)")
-    magic, version, contract, sha, window, chunk_bytes, prefix, length, crc, n = HEADER.unpack_from(blob)
+    magic, version, contract, sha, tok_sha, window, chunk_bytes, prefix, length, crc, n = HEADER.unpack_from(blob)
     if version != FORMAT_VERSION:
         raise CompressError(f"det-infer: blob format version {version}; this package reads version {FORMAT_VERSION}")
     end = HEADER.size + n * CHUNK.size
@@ -243,13 +252,16 @@ def read_header(blob):
     table = [CHUNK.unpack_from(blob, HEADER.size + k * CHUNK.size) for k in range(n)]
     if sum(row[3] for row in table) != len(blob) - end - 4 or sum(row[2] for row in table) != length:
         raise CompressError("det-infer: the blob's chunk table does not match its size (truncated or corrupt)")
-    for mode, n, nbytes, _ in table:  # a token chunk has 1..nbytes tokens, a byte chunk nbytes bytes
-        if not (mode == MODE_TOKENS and 1 <= n <= nbytes or mode == MODE_BYTES and n == nbytes):
+    # the table compress() writes: ceil(length / chunk_bytes) chunks of at most chunk_bytes + 3 bytes
+    # (a cut moves back up to 3 bytes), a token chunk with 1..nbytes tokens, a byte chunk nbytes bytes
+    if window < 4 or chunk_bytes < 1 or n != -(-length // chunk_bytes):
+        raise CompressError("det-infer: the blob's header is corrupt (window, chunk size or chunk count)")
+    for mode, syms, nbytes, _ in table:
+        if not (1 <= nbytes <= chunk_bytes + 3 and (mode == MODE_TOKENS and 1 <= syms <= nbytes or
+                                                    mode == MODE_BYTES and syms == nbytes)):
             raise CompressError("det-infer: the blob's chunk table is corrupt")
-    if window < 4:
-        raise CompressError("det-infer: the blob's header is corrupt (window)")
-    return dict(contract=contract, sha=sha, window=window, chunk_bytes=chunk_bytes, prefix=prefix, length=length,
-                crc=crc, table=table, payload=end + 4)
+    return dict(contract=contract, sha=sha, tokenizer_sha=tok_sha, window=window, chunk_bytes=chunk_bytes,
+                prefix=prefix, length=length, crc=crc, table=table, payload=end + 4)
 
 
 class _TokenChunk:
@@ -275,11 +287,12 @@ class _TokenChunk:
 MAX_BATCH_CPU = 64  # chunks side by side on the CPU executors (the megakernel takes batch_max())
 
 
-def decompress(mm, blob, *, batch=None, tokenizer=None, progress=None):
+def decompress(mm, blob, *, batch=None, tokenizer=None, progress=None, max_length=MAX_LENGTH):
     """The bytes compress() coded in blob. Chunks decode up to batch at a time, side by side (any
     batch gives the same bytes; default: every chunk, up to 64 on the CPU and batch_max() on the
-    megakernel). Raises CompressError for another model or contract (naming both) and for any
-    corruption."""
+    megakernel). Raises CompressError for another model, tokenizer or contract (naming both), for
+    a blob claiming more than max_length bytes (a bound on the work an untrusted blob can ask
+    for), and for any corruption."""
     from . import CONTRACT_VERSION
 
     h = read_header(blob)
@@ -301,7 +314,15 @@ def decompress(mm, blob, *, batch=None, tokenizer=None, progress=None):
                             f"max_context >= {h['window']}")
     if not 0 <= h["prefix"] < mm.config.vocab_size:
         raise CompressError("det-infer: the blob's prefix token is outside this model's vocabulary")
+    if h["length"] > max_length:
+        raise CompressError(f"det-infer: the blob claims {h['length']} bytes, over max_length={max_length}; "
+                            "pass a larger max_length to decode it")
     tok = tokenizer or mm.tokenizer()
+    tok_sha = tokenizer_sha256(tok)
+    if h["tokenizer_sha"] != tok_sha:
+        raise CompressError(f"det-infer: the blob was made with the tokenizer whose description hashes to "
+                            f"{h['tokenizer_sha'].hex()}; this tokenizer's is {tok_sha.hex()} (the same files and "
+                            "tokenizers release decode the same text)")
     parts, offset, pending = [None] * len(h["table"]), h["payload"], []
     try:
         for k, (mode, n, nbytes, clen) in enumerate(h["table"]):

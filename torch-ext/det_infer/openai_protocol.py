@@ -160,7 +160,7 @@ def _stops(body):
 
 def _ids(v, served, param):
     V = served.mm.config.vocab_size
-    if not v or not all(isinstance(t, int) and not isinstance(t, bool) for t in v):
+    if not isinstance(v, list) or not v or not all(isinstance(t, int) and not isinstance(t, bool) for t in v):
         raise bad(f"{param} must be a non-empty list of token ids", param)
     bad_ids = [t for t in v if not 0 <= t < V]
     if bad_ids:
@@ -296,6 +296,7 @@ class Choice:
         self.finish_reason = self.certificate = self.error = None
         self.sent = 0  # characters of text already streamed
         self.sent_tokens = 0
+        self.offset = 0  # text_offset of the next streamed logprobs entry
 
     @property
     def done(self):
@@ -336,7 +337,7 @@ class Choice:
         return len(self.prompt), len(self.tokens)
 
     # OpenAI's legacy logprobs object: tokens, token_logprobs, top_logprobs, text_offset.
-    def completion_logprobs(self, start=0, offset0=0, with_prompt=False):
+    def completion_logprobs(self, start=0, with_prompt=False, running=False):
         served, job = self.job.served, self.job
         if job.logprobs is None:
             return None
@@ -347,7 +348,7 @@ class Choice:
                 rows.append((t, lp, top))
         rows += list(zip(self.tokens, self.lps, self.tops))[start:]
         out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
-        offset = offset0
+        offset = self.offset if running else 0  # streamed: offsets continue across chunks
         for t, lp, top in rows:
             s = served.token_text(t)
             out["tokens"].append(s)
@@ -355,6 +356,8 @@ class Choice:
             out["top_logprobs"].append(None if top is None else {served.token_text(i): v for i, v in top})
             out["text_offset"].append(offset)
             offset += len(s)
+        if running:
+            self.offset = offset
         return out
 
     def chat_logprobs(self, start=0):
@@ -424,7 +427,8 @@ def stream_chunks(job, c, first=False):
         return chunks
     lp = None
     if job.logprobs is not None:
-        lp = c.chat_logprobs(c.sent_tokens) if chat else c.completion_logprobs(c.sent_tokens, with_prompt=echo)
+        lp = c.chat_logprobs(c.sent_tokens) if chat else c.completion_logprobs(c.sent_tokens, with_prompt=echo,
+                                                                                running=True)
         c.sent_tokens = len(c.tokens)
     if chat:
         choice = {"index": c.index, "delta": {"content": delta} if delta else {}, "logprobs": lp}

@@ -181,17 +181,25 @@ class Scheduler:
     def submit(self, req, notify=None):
         """Queue a request; returns its Handle. Raises ValueError (a bad request), QueueFull or
         SchedulerStopped."""
-        self.check(req)
-        handle = Handle(req, notify)
+        return self.submit_many([req], [notify])[0]
+
+    def submit_many(self, reqs, notifies=None):
+        """Queue requests together (the choices of one HTTP request): all of them or, when the
+        queue has no room for all, none (QueueFull). Returns their Handles."""
+        for req in reqs:
+            self.check(req)
+        handles = [Handle(r, n) for r, n in zip(reqs, notifies or [None] * len(reqs))]
         with self._cv:
             if self._stopping or self._thread is None:
                 raise SchedulerStopped("det-infer: the scheduler is not running (shutting down or not started)")
-            if len(self._waiting) >= self.max_waiting:
+            if any(h.cancelled for h in self._waiting):  # gone clients hold no place
+                self._waiting = collections.deque(h for h in self._waiting if not h.cancelled)
+            if len(self._waiting) + len(handles) > self.max_waiting:
                 raise QueueFull(f"det-infer: {len(self._waiting)} requests are already waiting (the bound is "
                                 f"{self.max_waiting}); retry later")
-            self._waiting.append(handle)
+            self._waiting.extend(handles)
             self._cv.notify()
-        return handle
+        return handles
 
     def load(self):
         """(active sequences, waiting requests)."""
@@ -344,10 +352,13 @@ class Scheduler:
         if s.req.logprobs is not None:
             event["logprob"], event["top"] = self._token_logprobs(s, row, tok)
         s.handle._emit(event)
-        if not ops.decode_continues(tok, step, s.req.max_new, torch.tensor(s.stops, dtype=torch.int32)):
-            self._finish(s, "stop" if tok in s.stops else "length")
-        elif s.req.stop_text is not None and s.req.stop_text(s.tokens):
-            self._finish(s, "stop", cut=True)
+        more = ops.decode_continues(tok, step, s.req.max_new, torch.tensor(s.stops, dtype=torch.int32))
+        if not more and tok in s.stops:
+            self._finish(s, "stop")
+        elif s.req.stop_text is not None and s.req.stop_text(s.tokens):  # even at max_new: the reason is "stop"
+            self._finish(s, "stop", cut=len(s.tokens) < s.req.max_new)
+        elif not more:
+            self._finish(s, "length")
 
     def _token_logprobs(self, s, row, tok):
         """The chosen token's logprob under the distribution it was drawn from (the kept set at the
