@@ -11,9 +11,10 @@ Load it as a Hugging Face kernel:
 
 `di.contract` exposes the IEEE-only math every executor shares, `di.rope` the exact rope frequency
 tables (docs/SPEC.md), `di.certificate` makes and verifies replayable generation certificates,
-`di.lm_eval.DetInferLM` is the lm-evaluation-harness model (needs lm-eval), and `di.serving` batches
+`di.lm_eval.DetInferLM` is the lm-evaluation-harness model (needs lm-eval), `di.serving` batches
 requests continuously with every answer the bits of the request alone (`di.openai_protocol` is its
-OpenAI-compatible HTTP protocol; the repository's scripts/serve.py serves it). `di.ops` holds the
+OpenAI-compatible HTTP protocol; the repository's scripts/serve.py serves it), and `di.compress`
+is lossless compression with the model as the probability model. `di.ops` holds the
 native ops these call; it is not part of the v1 surface, and ops named `_test_*` exist only for
 the test suite and benchmarks.
 """
