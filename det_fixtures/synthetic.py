@@ -206,3 +206,10 @@ def write_byte_tokenizer(directory):
                          "{% if add_generation_prompt %}<assistant>{% endif %}")
     tok.save_pretrained(str(directory))
     return directory
+
+
+def write_byte_model(directory, seed=0, **changes):
+    """A synthetic Llama whose vocabulary is the byte-level tokenizer's (write_byte_tokenizer), with
+    that tokenizer beside it: a model that reads and writes text, fast on every executor."""
+    write_checkpoint("llama", directory, seed=seed, vocab_size=len(BYTE_TOKENS) + 256, **changes)
+    return write_byte_tokenizer(directory)

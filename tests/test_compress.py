@@ -22,8 +22,7 @@ TEXT = (ROOT / "LICENSE").read_bytes()[:900] + "\nnaïve café, ✓ ünïcödé\
 def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("compress")
     for name, seed in (("tiny", 0), ("other", 1)):
-        synthetic.write_checkpoint("llama", root / name, seed=seed, vocab_size=len(synthetic.BYTE_TOKENS) + 256)
-        synthetic.write_byte_tokenizer(root / name)
+        synthetic.write_byte_model(root / name, seed=seed)
     return root
 
 

@@ -21,9 +21,7 @@ def tiny(tmp_path_factory):
     """A synthetic 3-layer Llama with a byte-level tokenizer (vocab 260): fast on every executor."""
     from det_fixtures import synthetic
     directory = tmp_path_factory.mktemp("lm_eval") / "tiny"
-    synthetic.write_checkpoint("llama", directory, vocab_size=len(synthetic.BYTE_TOKENS) + 256)
-    synthetic.write_byte_tokenizer(directory)
-    return directory
+    return synthetic.write_byte_model(directory)
 
 
 def evaluate(lm, tasks=TASKS, **kwargs):

@@ -23,9 +23,7 @@ MAX_CONTEXT = 160
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
     directory = tmp_path_factory.mktemp("serve") / "tiny"
-    synthetic.write_checkpoint("llama", directory, vocab_size=len(synthetic.BYTE_TOKENS) + 256)
-    synthetic.write_byte_tokenizer(directory)
-    return directory
+    return synthetic.write_byte_model(directory)
 
 
 @pytest.fixture(scope="module")
@@ -33,10 +31,7 @@ def long_dir(tmp_path_factory):
     """The same model with a 32,768-position context: requests long enough to still run while a test
     acts (30,000 tokens take tens of seconds here)."""
     directory = tmp_path_factory.mktemp("serve") / "tiny-long"
-    synthetic.write_checkpoint("llama", directory, vocab_size=len(synthetic.BYTE_TOKENS) + 256,
-                               max_position_embeddings=32768)
-    synthetic.write_byte_tokenizer(directory)
-    return directory
+    return synthetic.write_byte_model(directory, max_position_embeddings=32768)
 
 
 @pytest.fixture(scope="module")

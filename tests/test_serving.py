@@ -16,9 +16,7 @@ MAX_CONTEXT = 128
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
     directory = tmp_path_factory.mktemp("serving") / "tiny"
-    synthetic.write_checkpoint("llama", directory, vocab_size=len(synthetic.BYTE_TOKENS) + 256)
-    synthetic.write_byte_tokenizer(directory)
-    return directory
+    return synthetic.write_byte_model(directory)
 
 
 @pytest.fixture(scope="module")

@@ -353,13 +353,14 @@ def _decode_token_chunks(mm, chunks, window, batch, progress):
     while waiting or active:
         while waiting and len(active) < batch:
             active.append(waiting.pop(0))
-        tokens, positions, index, want = [], [], [], []
+        tokens, positions, index, want, ends = [], [], [], [], []
         for s, c in enumerate(active):
             t, p, w = c.rows(mm, window)
             tokens += t
             positions += p
             index += [s] * len(t)
             want += w
+            ends.append(p[-1] + 1)  # the state's length once this step has run
         logits = mm._forward(tokens, positions, [c.state for c in active], index, want).cpu()
         freqs = _freq_rows(logits).to(torch.int64)
         cums = torch.cumsum(freqs, 1)
@@ -371,7 +372,7 @@ def _decode_token_chunks(mm, chunks, window, batch, progress):
             f = int(freqs[s, t])
             c.dec.consume(int(cums[s, t]) - f, f)
             c.stream.append(t)
-            c.state.length = max(positions[j] for j in range(len(index)) if index[j] == s) + 1
+            c.state.length = ends[s]
         if progress:
             progress(len(active))
         active = [c for c in active if len(c.stream) - 1 < c.n]
