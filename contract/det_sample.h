@@ -1,7 +1,8 @@
 // det_sample.h: seeded sampling, bit-identical everywhere (docs/SPEC.md §15). Every step is a
 // contract operation in a fixed order; the result depends on the logits, the parameters, the seed
-// and the position only. One sequential definition, run by the CPU engine and by one thread of the
-// megakernel.
+// and the position only. The executors run these steps in their own way, with the same bits: the CPU
+// engine with its vectorized exp and a radix ranking (det_infer_cpu/det_sample_cpu.cpp), the
+// megakernel with the block's threads for the elementwise steps and one thread for the walk.
 //
 //   temperature == 0: the argmax (§10). Any NaN or infinite logit: the argmax too.
 //   z_i = fl(logit_i / T); m = max z; e_i = exp(fl(z_i - m)) (so the top e is exactly 1).
@@ -114,20 +115,4 @@ DET_HD int32_t det_sample_walk(const float* e, int64_t V, float S, const det_sam
   float c;
   const int64_t n = det_sample_keep(e, V, S, p, heap, &c);
   return det_sample_draw(e, V, heap, n, c, p, position);
-}
-
-// The whole pick, sequentially (the CPU engine): the token generated at `position` from one row of
-// V logits. Scratch: e and heap, V entries each.
-DET_HD int32_t det_sample_f32(const float* logits, int64_t V, det_sample_params p, int64_t position, float* e,
-                              int32_t* heap) {
-  if (det_sample_greedy(p)) return (int32_t)det_argmax_f32_ref(logits, V);
-  for (int64_t i = 0; i < V; ++i)
-    if (!det_sample_finite(logits[i])) return (int32_t)det_argmax_f32_ref(logits, V);
-  float m = det_sample_scaled(logits[0], p);
-  for (int64_t i = 0; i < V; ++i) {
-    e[i] = det_sample_scaled(logits[i], p);
-    m = e[i] > m ? e[i] : m;
-  }
-  for (int64_t i = 0; i < V; ++i) e[i] = det_sample_weight(e[i], m);
-  return det_sample_walk(e, V, det_sum_f32_ref(e, V), p, position, heap);
 }

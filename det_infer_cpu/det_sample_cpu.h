@@ -15,7 +15,7 @@
 int64_t det_cpu_sample_keep(const float* e, int64_t V, float S, const det_sample_params& p, int32_t* heap,
                             float* c_out);
 
-// det_sample_f32 with det_cpu_sample_keep: the token generated at `position` from one row of V
-// logits. Scratch: e and heap, V entries each. The caller pins the FP environment.
+// The whole pick (det_sample.h's steps, with det_cpu_sample_keep): the token generated at `position`
+// from one row of V logits. Scratch: e and heap, V entries each. The caller pins the FP environment.
 int32_t det_cpu_sample_f32(const float* logits, int64_t V, det_sample_params p, int64_t position, float* e,
                            int32_t* heap);

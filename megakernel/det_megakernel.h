@@ -90,7 +90,7 @@ struct det_mk_workspace {
   float* ple;     // (rows, n_layers * P) Gemma-4's per-layer inputs
   float* logits;  // (rows, vocab) generate mode without step_logits
   float* sincos;  // (rows, rope_pairs, 2) the rows' rope (sin, cos), every table's pairs
-  float* sample_e;        // (rows, vocab) the sampler's scratch (det_sample_f32)
+  float* sample_e;        // (rows, vocab) the sampler's weights e (det_sample.h)
   int32_t* sample_heap;   // (rows, vocab)
   int32_t* next_token;   // (DET_MK_ROWS_MAX,) each sequence's latest argmax
   unsigned int* barrier; // (2,) the grid barrier; zero before launch

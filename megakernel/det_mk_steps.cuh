@@ -337,7 +337,8 @@ DET_DEV bool det_mk_sample(const det_mk_ctx& c, const float* lg, const det_sampl
 
 // ARGMAX: block j (mod grid) picks wanted row j's next token and records it for its sequence. A
 // greedy pick ranks the logits by the total order of det_argmax.h over the block's threads (any
-// partition gives the same id); a sampled one is det_sample_f32, run by thread 0 (docs/SPEC.md §15).
+// partition gives the same id); a sampled one has the block compute z, m and e and thread 0 walk
+// the ranks (det_sample_walk; docs/SPEC.md §15).
 DET_DEV_NOINLINE void det_mk_phase_argmax(const det_mk_ctx& c) {
   const det_mk_tile& t = *c.tile;
   const det_mk_program& p = c.P->prog;
