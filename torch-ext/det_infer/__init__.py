@@ -14,11 +14,13 @@ tables (docs/SPEC.md), `di.certificate` makes and verifies replayable generation
 `di.lm_eval.DetInferLM` is the lm-evaluation-harness model (needs lm-eval), `di.serving` batches
 requests continuously with every answer the bits of the request alone (`di.openai_protocol` is its
 OpenAI-compatible HTTP protocol; the repository's scripts/serve.py serves it), and `di.compress`
-is lossless compression with the model as the probability model. `di.ops` holds the
+is lossless compression with the model as the probability model. `di.ray_data` runs generation
+and scoring as a Ray Data stage (needs ray[data]; `di.rows` is its per-batch work, without Ray),
+each row the bits it has alone on any actor or machine. `di.ops` holds the
 native ops these call; it is not part of the v1 surface, and ops named `_test_*` exist only for
 the test suite and benchmarks.
 """
-from . import certificate, compress, contract, lm_eval, openai_protocol, rope, serving, text
+from . import certificate, compress, contract, lm_eval, openai_protocol, rope, rows, serving, text
 from ._ops import add_op_namespace_prefix, ops
 from .config import ModelConfig
 from .model import KVState, MegaModel
@@ -27,4 +29,13 @@ CONTRACT_VERSION = contract.CONTRACT_VERSION
 
 # The v1 surface (the hub card lists it).
 __all__ = ["CONTRACT_VERSION", "KVState", "MegaModel", "ModelConfig", "certificate", "compress", "contract", "lm_eval",
-           "openai_protocol", "rope", "serving", "text"]
+           "openai_protocol", "ray_data", "rope", "rows", "serving", "text"]
+
+
+def __getattr__(name):
+    """di.ray_data imports Ray, so it is imported on first use (PEP 562), not with the package."""
+    if name == "ray_data":
+        import importlib
+
+        return importlib.import_module(f"{__name__}.ray_data")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -52,7 +52,8 @@ def _sha256_file(path):
 
 
 def model_identity(mm):
-    """{"format", "files": {name: sha256}} of the files a MegaModel was loaded from."""
+    """{"format", "files": {name: sha256}} of the files a MegaModel was loaded from. The files are
+    read whole once per model (the digests are kept on it; update_weights ends the identity)."""
     source = getattr(mm, "source", None)
     if getattr(mm, "weights_updated", False):
         raise CertificateError("det-infer: this model's weights were replaced by update_weights, so the files it "
@@ -60,8 +61,18 @@ def model_identity(mm):
     if not source:
         raise CertificateError("det-infer: this model was not loaded from files (from_pretrained or from_gguf), "
                                "so it has no identity to certify")
-    return {"format": source["format"],
-            "files": {os.path.basename(p): _sha256_file(p) for p in sorted(source["files"])}}
+    cached = getattr(mm, "_identity", None)
+    if cached is None or cached[0] is not source:
+        files = {os.path.basename(p): _sha256_file(p) for p in sorted(source["files"])}
+        cached = mm._identity = (source, {"format": source["format"], "files": files})
+    return json.loads(json.dumps(cached[1]))  # a copy: a caller may edit what it gets
+
+
+def model_sha256(mm):
+    """The model's one-line identity: the sha256 (hex) of model_identity(mm) as canonical JSON, the
+    same for every load of the same files (the server's fingerprint, a compressed blob's header and
+    Ray rows carry it)."""
+    return hashlib.sha256(_canonical(model_identity(mm))).hexdigest()
 
 
 def f32_bytes(logits):

@@ -39,19 +39,13 @@ class CompressError(ValueError):
 
 
 def model_sha256(mm):
-    """The sha256 of the model's identity (a certificate's "model" field as canonical JSON), hashed
-    once per model and weights version (the files are read whole)."""
+    """The sha256 (32 bytes) of the model's identity: certificate.model_sha256."""
     from . import certificate
 
-    cached = getattr(mm, "_compress_sha256", None)
-    if cached is not None and cached[0] == mm.weights_version:
-        return cached[1]
     try:
-        sha = hashlib.sha256(certificate._canonical(certificate.model_identity(mm))).digest()
+        return bytes.fromhex(certificate.model_sha256(mm))
     except certificate.CertificateError as e:
         raise CompressError(f"det-infer: compression needs a model loaded from files: {e}") from None
-    mm._compress_sha256 = (mm.weights_version, sha)
-    return sha
 
 
 def tokenizer_sha256(tok):

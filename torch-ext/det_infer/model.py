@@ -19,6 +19,7 @@ and on every executor:
 """
 import functools
 import json
+import numbers
 import os
 import threading
 import time
@@ -261,9 +262,14 @@ class MegaModel:
                 raise TypeError(f"det-infer: {what} must be a 1-d integer tensor or a list of ints")
             ids = ids.tolist()
         try:
-            ids = [int(t) for t in ids]
-        except (TypeError, ValueError):
+            ids = list(ids)
+        except TypeError:
             raise TypeError(f"det-infer: {what} must be a sequence of token ids") from None
+        odd = [t for t in ids if isinstance(t, bool) or not isinstance(t, numbers.Integral)]
+        if odd:  # int(2.7) would be 2: a float is never silently taken for an id
+            raise TypeError(f"det-infer: {what} must be a sequence of integer token ids, got {odd[0]!r} "
+                            f"({type(odd[0]).__name__})")
+        ids = [int(t) for t in ids]
         if not ids:
             raise ValueError(f"det-infer: {what} is empty")
         bad = [t for t in ids if not 0 <= t < self.config.vocab_size]

@@ -11,7 +11,6 @@ template. Sampling is det-infer's (docs/SPEC.md §15): temperature (default 1, a
 top_k, min_p and seed (default 0: the same request gets the same answer; choice j of n draws with
 seed + j). Each choice carries its certificate (scripts/verify.py checks it).
 """
-import hashlib
 import threading
 import time
 import uuid
@@ -56,8 +55,7 @@ class Served:
         self.created = int(time.time())
         self._lock = threading.Lock()
         try:
-            # the sha256 of a certificate's "model" field as canonical JSON: its files' digests
-            self.model_sha256 = hashlib.sha256(certificate._canonical(certificate.model_identity(mm))).hexdigest()
+            self.model_sha256 = certificate.model_sha256(mm)
         except certificate.CertificateError:
             self.model_sha256 = None
         self.fingerprint = f"det-infer/contract-{CONTRACT_VERSION}/model-sha256-{self.model_sha256 or 'none'}"
