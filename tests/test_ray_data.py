@@ -140,19 +140,26 @@ print(json.dumps({"tokens": table.column("tokens").to_pylist()[0], "kernels": "k
 
 
 @pytest.mark.parametrize("source", ["directory", "hub"])
-def test_the_predictor_travels_by_value_to_a_fresh_process(di, model_dir, mm, source):
+def test_the_predictor_travels_by_value_to_a_fresh_process(di, model_dir, mm, tmp_path, source):
     """What a Ray worker does with the class: unpickle it where the package's build-specific module
-    name cannot be imported, and load the package from the driver's directory or with get_kernel."""
+    name cannot be imported, and load the package from the driver's directory or with get_kernel
+    (and the model from a directory or, here with the hub, a GGUF file)."""
     import json
     import subprocess
     import sys
 
+    from det_fixtures.gguf_files import write_gguf
     from ray import cloudpickle
 
+    if source == "hub":
+        model, _ = write_gguf("llama", "Q8_0", str(tmp_path))
+        want = di.MegaModel.from_gguf(model).generate([5, 6, 7], 3)
+    else:
+        model, want = model_dir, mm.generate([5, 6, 7], 3)
     blob = cloudpickle.dumps(di.ray_data.DetInferPredictor)
-    run = subprocess.run([sys.executable, "-c", _WORKER, source, model_dir], input=blob, capture_output=True,
+    run = subprocess.run([sys.executable, "-c", _WORKER, source, model], input=blob, capture_output=True,
                          timeout=300)
     assert run.returncode == 0, run.stderr.decode()[-2000:]
     got = json.loads(run.stdout.decode().strip().splitlines()[-1])
-    assert got["tokens"] == mm.generate([5, 6, 7], 3)
+    assert got["tokens"] == want
     assert got["modules"] == [f"{di.__name__}.ray_data"] and got["kernels"] == (source == "hub")
