@@ -182,6 +182,7 @@ def test_reset_and_fork(mm):
         (lambda m: m.generate("hello", max_new=4), TypeError, "sequence of token ids, not a string"),
         (lambda m: m.generate([5, 2.7], max_new=4), TypeError, r"integer token ids, got 2.7 \(float\)"),
         (lambda m: m.generate([5, True], max_new=4), TypeError, "integer token ids, got True"),
+        (lambda m: m.generate([5], max_new=4, stop_ids=[1.5]), TypeError, "stop_ids must be integer token ids"),
         (lambda m: m.generate(torch.ones(2, 2, dtype=torch.int64), max_new=4), TypeError, "1-d integer"),
         (lambda m: m.generate_batch([[1]] * 17, max_new=4), ValueError, "1..16 prompts"),
         (lambda m: m.decode_step(5, 3, m.new_state(8)), ValueError, "positions 0..-1 are filled"),

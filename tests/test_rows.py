@@ -119,6 +119,8 @@ def test_call_level_settings_are_checked_at_construction(di, mm):
         di.rows.RowGenerator(mm, max_new=0)
     with pytest.raises(ValueError, match="top_p"):
         di.rows.RowGenerator(mm, max_new=4, temperature=1.0, top_p=0.0)
+    with pytest.raises(TypeError, match="stop_ids must be integer token ids, got 2.5"):
+        di.rows.RowGenerator(mm, max_new=4, stop_ids=[3, 2.5])
     with pytest.raises(TypeError, match="unknown sampling keyword"):
         di.rows.RowGenerator(mm, max_new=4, temprature=1.0)
     with pytest.raises(ValueError, match="no column 'prompt_ids'"):

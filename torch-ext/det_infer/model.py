@@ -449,6 +449,9 @@ class MegaModel:
 
     def _stop_ids(self, stop_on_eos, stop_ids):
         ids = list(stop_ids or [])
+        odd = [t for t in ids if isinstance(t, bool) or not isinstance(t, numbers.Integral)]
+        if odd:
+            raise TypeError(f"det-infer: stop_ids must be integer token ids, got {odd[0]!r} ({type(odd[0]).__name__})")
         if stop_on_eos:
             ids += list(self.config.eos_token_ids)
         return torch.tensor(ids, dtype=torch.int32)

@@ -93,7 +93,7 @@ class RowGenerator:
         self.mm = mm
         self.defaults = {"max_new": max_new, **certificate.SAMPLING_DEFAULTS, **sampling}
         self._settings(self.defaults)  # a bad call-level value is the caller's error, not a row's
-        self.stop_ids = [int(s) for s in (stop_ids or [])] + (list(mm.config.eos_token_ids) if stop_on_eos else [])
+        self.stop_ids = mm._stop_ids(stop_on_eos, stop_ids).tolist()
         self.identity, self.model_sha256 = _identity(mm)
         if certificates and self.identity is None:
             raise ValueError("det-infer: certificates need a model loaded from files (from_pretrained or from_gguf)")
