@@ -171,6 +171,15 @@ def test_reset_and_fork(mm):
     assert torch.equal(mm.decode_step(ids[30], 30), a)
 
 
+def test_stop_ids_may_be_a_list_or_an_integer_tensor(mm):
+    ids = synthetic.token_sequence(10, 1000, 9)
+    free = mm.generate(ids, max_new=6)
+    stop = free[2]
+    cut = free[:free.index(stop) + 1]
+    assert mm.generate(ids, max_new=6, stop_ids=[stop]) == cut
+    assert mm.generate(ids, max_new=6, stop_ids=torch.tensor([stop])) == cut
+
+
 @pytest.mark.parametrize(
     "call,exc,message",
     [

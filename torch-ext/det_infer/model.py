@@ -448,7 +448,7 @@ class MegaModel:
         return torch.tensor(rows_f, dtype=torch.float32), torch.tensor(rows_i, dtype=torch.int64)
 
     def _stop_ids(self, stop_on_eos, stop_ids):
-        ids = list(stop_ids or [])
+        ids = stop_ids.tolist() if isinstance(stop_ids, torch.Tensor) else list(stop_ids or [])
         odd = [t for t in ids if isinstance(t, bool) or not isinstance(t, numbers.Integral)]
         if odd:
             raise TypeError(f"det-infer: stop_ids must be integer token ids, got {odd[0]!r} ({type(odd[0]).__name__})")
