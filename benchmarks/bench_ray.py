@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Offline generation on Ray Data against the number of actors (di.ray_data, docs/RESULTS.md §14):
 the same --rows prompts through di.ray_data.generate on a local Ray cluster of this machine's CPUs,
-with each actor layout in turn, and once in this process with generate_batch (no Ray) for scale. Every
+with each actor layout in turn, and once in this process with di.rows.RowGenerator (no Ray) for scale. Every
 run's rows are checked against the first (tokens and certificate roots equal, row by row); rows/s
 and tokens/s per layout are the median of --repeat runs, each including the actors' start and model
 load (what a user waits for).
@@ -73,7 +73,7 @@ def main():
             tokens = check(rows)
         figures.append((label, statistics.median(times), tokens))
 
-    # In this process, for scale: generate_batch per 16 rows, all threads, the certificate roots too.
+    # In this process, for scale: RowGenerator (generate_batch per 16 rows), all threads, certificate roots too.
     ray.shutdown()
     gen = di.rows.RowGenerator(mm, max_new=args.max_new)
     times = []

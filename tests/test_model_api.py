@@ -178,6 +178,7 @@ def test_stop_ids_may_be_a_list_or_an_integer_tensor(mm):
     cut = free[:free.index(stop) + 1]
     assert mm.generate(ids, max_new=6, stop_ids=[stop]) == cut
     assert mm.generate(ids, max_new=6, stop_ids=torch.tensor([stop])) == cut
+    assert mm.generate([torch.tensor(t) for t in ids], max_new=6) == free  # 0-d integer tensors are ids
 
 
 @pytest.mark.parametrize(
@@ -192,6 +193,7 @@ def test_stop_ids_may_be_a_list_or_an_integer_tensor(mm):
         (lambda m: m.generate([5, 2.7], max_new=4), TypeError, r"integer token ids, got 2.7 \(float\)"),
         (lambda m: m.generate([5, True], max_new=4), TypeError, "integer token ids, got True"),
         (lambda m: m.generate([5], max_new=4, stop_ids=[1.5]), TypeError, "stop_ids must be integer token ids"),
+        (lambda m: m.generate([5, torch.tensor(2.0)], max_new=4), TypeError, "integer token ids"),
         (lambda m: m.generate(torch.ones(2, 2, dtype=torch.int64), max_new=4), TypeError, "1-d integer"),
         (lambda m: m.generate_batch([[1]] * 17, max_new=4), ValueError, "1..16 prompts"),
         (lambda m: m.decode_step(5, 3, m.new_state(8)), ValueError, "positions 0..-1 are filled"),

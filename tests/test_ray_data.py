@@ -119,7 +119,9 @@ def test_bad_calls_fail_before_any_actor_starts(di, model_dir):
         (lambda: di.ray_data.generate(ds, model_dir, max_new=4, tempreature=1.0), TypeError, "unknown keyword"),
         (lambda: di.ray_data.generate(ds, model_dir, max_new=4, concurrency=0), ValueError, "concurrency must be"),
         (lambda: di.ray_data.generate(ds, model_dir, max_new=4, batch_size=0), ValueError, "batch_size must be"),
+        (lambda: di.ray_data.generate(ds, model_dir, max_new=4, stop_ids=[2.5]), TypeError, "stop_ids must be"),
         (lambda: di.ray_data.score(ds, model_dir, top_k=-1), ValueError, "top_k must be"),
+        (lambda: di.ray_data.score(ds, model_dir, temperature=0), ValueError, "temperature must be"),
         (lambda: di.ray_data.score(ds, model_dir, sampling={"top_q": 1}), ValueError, "sampling must be"),
     ]:
         with pytest.raises(exc, match=message):

@@ -147,3 +147,36 @@ def test_scoring_rows_is_score_alone(di, mm):
         assert out["ranks"][i] == s.ranks.tolist() and out["greedy"][i] == s.greedy.tolist()
         assert out["top_ids"][i] == s.top_ids.tolist() and out["is_greedy"][i] == s.is_greedy
         assert out["total"][i] == s.total
+
+
+def test_gaps_and_whole_floats_in_setting_columns_mean_what_pandas_meant(di, mm):
+    """pandas keeps an int column with a gap as float64 (NaN for the gap): a gap is the call's value,
+    a whole float its int."""
+    pd = pytest.importorskip("pandas")
+    rows = _rows(mm.config.vocab_size)[:3]
+    frame = pd.DataFrame({"prompt_ids": [r["prompt_ids"] for r in rows], "max_new": [3, None, 2],
+                          "temperature": [0.9, float("nan"), None], "seed": [5, None, None]})
+    assert frame["max_new"].dtype == "float64"
+    out = di.rows.RowGenerator(mm, max_new=MAX_NEW)(frame)
+    want = [_alone(di, mm, {"prompt_ids": rows[0]["prompt_ids"], "max_new": 3, "temperature": 0.9, "seed": 5}),
+            _alone(di, mm, {"prompt_ids": rows[1]["prompt_ids"]}),
+            _alone(di, mm, {"prompt_ids": rows[2]["prompt_ids"], "max_new": 2})]
+    assert out["error"] == [None, None, None]
+    assert out["tokens"] == [w[0] for w in want] and out["certificate_root"] == [w[2] for w in want]
+
+
+def test_a_generator_follows_update_weights(di, tmp_path):
+    """After update_weights the files no longer identify the model: no model_sha256, no certificate
+    roots (and certificates=True refuses), and the tokens are the new weights'."""
+    d = synthetic.write_checkpoint("llama", tmp_path / "m", seed=4)
+    mm = di.MegaModel.from_pretrained(d, max_context=64)
+    gen = di.rows.RowGenerator(mm, max_new=3)
+    sure = di.rows.RowGenerator(mm, max_new=3, certificates=True)
+    batch = {"prompt_ids": [[5, 6, 7]]}
+    assert gen(batch)["model_sha256"] == [di.certificate.model_sha256(mm)]
+    mm.update_weights({"lm_head.weight": synthetic.state_dict("llama", seed=9)["lm_head.weight"]})
+    out = gen(batch)
+    assert out["model_sha256"] == [None] and out["certificate_root"] == [None]
+    assert out["tokens"] == [mm.generate([5, 6, 7], 3)]
+    with pytest.raises(ValueError, match="certificates need a model loaded from files"):
+        sure(batch)

@@ -29,7 +29,7 @@ CONTRACT_VERSION = contract.CONTRACT_VERSION
 
 # The v1 surface (the hub card lists it).
 __all__ = ["CONTRACT_VERSION", "KVState", "MegaModel", "ModelConfig", "certificate", "compress", "contract", "lm_eval",
-           "openai_protocol", "ray_data", "rope", "rows", "serving", "text"]
+           "openai_protocol", "rope", "rows", "serving", "text"]  # and ray_data, loaded on first use (it needs Ray)
 
 
 def __getattr__(name):
@@ -37,5 +37,8 @@ def __getattr__(name):
     if name == "ray_data":
         import importlib
 
-        return importlib.import_module(f"{__name__}.ray_data")
+        try:
+            return importlib.import_module(f"{__name__}.ray_data")
+        except ImportError as e:  # an AttributeError, so that hasattr(di, "ray_data") answers False
+            raise AttributeError(str(e)) from e
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -41,6 +41,13 @@ MAX_POSITIONS = 1_000_000  # the rope reduction's validated bound (docs/SPEC.md 
 DEFAULT_MAX_CONTEXT = 4096
 
 
+def _is_int_id(t):
+    """An int (numpy's too) or a one-element integer tensor; never a bool or a float."""
+    if isinstance(t, torch.Tensor):
+        return t.numel() == 1 and not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool
+    return not isinstance(t, bool) and isinstance(t, numbers.Integral)
+
+
 def unwrap_encoding(ids):
     """A tokenizer's output (a BatchEncoding or dict) as its input_ids; anything else as it is."""
     return ids["input_ids"] if hasattr(ids, "keys") and "input_ids" in ids else ids
@@ -265,7 +272,7 @@ class MegaModel:
             ids = list(ids)
         except TypeError:
             raise TypeError(f"det-infer: {what} must be a sequence of token ids") from None
-        odd = [t for t in ids if isinstance(t, bool) or not isinstance(t, numbers.Integral)]
+        odd = [t for t in ids if not _is_int_id(t)]
         if odd:  # int(2.7) would be 2: a float is never silently taken for an id
             raise TypeError(f"det-infer: {what} must be a sequence of integer token ids, got {odd[0]!r} "
                             f"({type(odd[0]).__name__})")
@@ -449,7 +456,7 @@ class MegaModel:
 
     def _stop_ids(self, stop_on_eos, stop_ids):
         ids = stop_ids.tolist() if isinstance(stop_ids, torch.Tensor) else list(stop_ids or [])
-        odd = [t for t in ids if isinstance(t, bool) or not isinstance(t, numbers.Integral)]
+        odd = [t for t in ids if not _is_int_id(t)]
         if odd:
             raise TypeError(f"det-infer: stop_ids must be integer token ids, got {odd[0]!r} ({type(odd[0]).__name__})")
         if stop_on_eos:

@@ -177,8 +177,7 @@ def score(ds, model, *, top_k=0, temperature=1.0, sampling=None, batch_size=16, 
     from . import scoring
 
     scoring._check_sampling(sampling)
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-        raise ValueError(f"det-infer: top_k must be an int >= 0, got {top_k!r}")
+    scoring._check_options(2**31, top_k, temperature)  # the vocabulary's bound is the actors' to check
     options = dict(top_k=top_k, temperature=temperature, sampling=sampling)
     return _map(ds, model, "score", options, device=device, executor=executor, max_context=max_context,
                 batch_size=batch_size, concurrency=concurrency, num_cpus=num_cpus, num_gpus=num_gpus)
@@ -193,3 +192,6 @@ def _check_generate_options(options):
     if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
         raise ValueError(f"det-infer: max_new must be a positive int, got {max_new!r}")
     MegaModel._sampling(1, **{k: options.get(k, v) for k, v in SAMPLING_DEFAULTS.items()})
+    stop_ids = options["stop_ids"]
+    if stop_ids is not None and not all(not isinstance(t, bool) and isinstance(t, int) for t in stop_ids):
+        raise TypeError(f"det-infer: stop_ids must be a list of integer token ids, got {stop_ids!r}")

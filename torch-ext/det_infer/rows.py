@@ -47,6 +47,20 @@ def columns_of(batch, required, optional=()):
     return cols, lengths.pop()
 
 
+_INT_SETTINGS = ("max_new", "top_k", "seed")
+
+
+def _setting(name, value):
+    """A per-row setting as a row holds it: None for a missing value (None, NaN, pandas' NA, which a
+    column of numbers with a gap holds), an int for a whole float in an int setting (pandas keeps
+    such a column as float64)."""
+    if value is None or type(value).__name__ == "NAType" or (isinstance(value, float) and value != value):
+        return None
+    if name in _INT_SETTINGS and isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return value
+
+
 def _identity(mm):
     try:
         return certificate.model_identity(mm), certificate.model_sha256(mm)
@@ -94,10 +108,15 @@ class RowGenerator:
         self.defaults = {"max_new": max_new, **certificate.SAMPLING_DEFAULTS, **sampling}
         self._settings(self.defaults)  # a bad call-level value is the caller's error, not a row's
         self.stop_ids = mm._stop_ids(stop_on_eos, stop_ids).tolist()
-        self.identity, self.model_sha256 = _identity(mm)
-        if certificates and self.identity is None:
-            raise ValueError("det-infer: certificates need a model loaded from files (from_pretrained or from_gguf)")
         self.certificates = certificates
+        self._check_identity()
+
+    def _check_identity(self):
+        """The model's identity now (update_weights ends it; the file digests are cached)."""
+        self.identity, self.model_sha256 = _identity(self.mm)
+        if self.certificates and self.identity is None:
+            raise ValueError("det-infer: certificates need a model loaded from files (from_pretrained or from_gguf) "
+                             "whose weights were not replaced by update_weights")
 
     def _settings(self, row):
         """(max_new, sampling dict) of a row's settings, checked."""
@@ -110,13 +129,16 @@ class RowGenerator:
 
     def __call__(self, batch):
         cols, n = columns_of(batch, ["prompt_ids"], self.defaults)
+        self._check_identity()
         out = {name: [None] * n for name in ("tokens", "logprobs", "finish_reason", "certificate_root", "error")}
         if self.certificates:
             out["certificate"] = [None] * n
         jobs = []
         for i in range(n):
             try:
-                row = {k: cols[k][i] if k in cols and cols[k][i] is not None else v for k, v in self.defaults.items()}
+                row = dict(self.defaults)
+                row.update({k: v for k in self.defaults if k in cols
+                            for v in [_setting(k, cols[k][i])] if v is not None})
                 max_new, sampling = self._settings(row)
                 ids = self.mm._ids(cols["prompt_ids"][i], "prompt_ids")
                 self.mm._check_length(len(ids) + max_new)
@@ -162,10 +184,10 @@ class RowScorer:
         scoring._check_options(mm.config.vocab_size, top_k, temperature)
         scoring._check_sampling(sampling)
         self.mm, self.top_k, self.temperature, self.sampling = mm, top_k, temperature, sampling
-        self.model_sha256 = _identity(mm)[1]
 
     def __call__(self, batch):
         cols, n = columns_of(batch, ["context_ids", "continuation_ids"])
+        self.model_sha256 = _identity(self.mm)[1]
         names = ["logprobs", "greedy", "ranks", "total", "is_greedy", "error"]
         names += ["top_ids", "top_logprobs"] if self.top_k else []
         names += ["kept_logprobs"] if self.sampling is not None else []
