@@ -96,7 +96,7 @@ def _finish(out, n, model_sha256):
 class RowGenerator:
     """Generation for batches of rows with a `prompt_ids` column: greedy by default, or seeded
     sampling; max_new and each sampling field may also come per row from a column of that name
-    (None there means the call's value). stop_on_eos adds the model's end-of-sequence ids to
+    (a gap there, None, NaN or pandas' NA, means the call's value). stop_on_eos adds the model's end-of-sequence ids to
     stop_ids. Calling it on a batch returns the output columns (module docstring)."""
 
     def __init__(self, mm, *, max_new, stop_ids=None, stop_on_eos=False, certificates=False, **sampling):
