@@ -48,6 +48,12 @@ def _is_int_id(t):
     return not isinstance(t, bool) and isinstance(t, numbers.Integral)
 
 
+def check_max_new(max_new):
+    """max_new, the tokens a generation may produce, must be a positive int."""
+    if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
+        raise ValueError(f"det-infer: max_new must be a positive int, got {max_new!r}")
+
+
 def unwrap_encoding(ids):
     """A tokenizer's output (a BatchEncoding or dict) as its input_ids; anything else as it is."""
     return ids["input_ids"] if hasattr(ids, "keys") and "input_ids" in ids else ids
@@ -500,8 +506,7 @@ class MegaModel:
         if not isinstance(prompts, (list, tuple)) or not 1 <= len(prompts) <= BATCH_MAX:
             raise ValueError(f"det-infer: generate_batch takes 1..{BATCH_MAX} prompts, got "
                              f"{len(prompts) if isinstance(prompts, (list, tuple)) else type(prompts).__name__}")
-        if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
-            raise ValueError(f"det-infer: max_new must be a positive int, got {max_new!r}")
+        check_max_new(max_new)
         prompts, args, sample_f, sample_i = self._generate_args(prompts, max_new, stop_on_eos, stop_ids, return_logits,
                                                                 temperature, top_k, top_p, min_p, seed)
         out, lengths, step_logits = args[-3:]
@@ -539,8 +544,7 @@ class MegaModel:
                                       return_logits=return_logits, temperature=temperature, top_k=top_k,
                                       top_p=top_p, min_p=min_p, seed=seed, return_logprobs=return_logprobs)
             return tuple(r[0] for r in res) if (return_logits or return_logprobs) else res[0]
-        if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
-            raise ValueError(f"det-infer: max_new must be a positive int, got {max_new!r}")
+        check_max_new(max_new)
         ids = self._ids(prompt_ids)
         sample_f, sample_i = self._sampling(1, temperature, top_k, top_p, min_p, seed)
         self._check_length(len(ids) + max_new)

@@ -111,8 +111,9 @@ def _as_table(batch):
         return batch
     if hasattr(batch, "to_dict") and hasattr(batch, "columns"):  # pandas
         return pa.Table.from_pandas(batch, preserve_index=False)
-    return pa.table({name: pa.array([v.tolist() if hasattr(v, "tolist") else v for v in column])
-                     for name, column in batch.items()})
+    from .rows import _py
+
+    return pa.table({name: pa.array([_py(v) for v in column]) for name, column in batch.items()})
 
 
 def _check_task(task):
@@ -186,12 +187,10 @@ def score(ds, model, *, top_k=0, temperature=1.0, sampling=None, batch_size=16, 
 def _check_generate_options(options):
     """The call-level settings every actor would reject, rejected before any actor starts."""
     from .certificate import SAMPLING_DEFAULTS
-    from .model import MegaModel
+    from .model import MegaModel, _is_int_id, check_max_new
 
-    max_new = options["max_new"]
-    if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
-        raise ValueError(f"det-infer: max_new must be a positive int, got {max_new!r}")
+    check_max_new(options["max_new"])
     MegaModel._sampling(1, **{k: options.get(k, v) for k, v in SAMPLING_DEFAULTS.items()})
     stop_ids = options["stop_ids"]
-    if stop_ids is not None and not all(not isinstance(t, bool) and isinstance(t, int) for t in stop_ids):
+    if stop_ids is not None and not all(map(_is_int_id, stop_ids)):  # the actors' rule (MegaModel._stop_ids)
         raise TypeError(f"det-infer: stop_ids must be a list of integer token ids, got {stop_ids!r}")

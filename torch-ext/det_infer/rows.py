@@ -19,6 +19,7 @@ import json
 
 from . import certificate, scoring
 from .contract import CONTRACT_VERSION
+from .model import check_max_new
 
 LOGITS_BUDGET = 256 << 20  # bytes of step logits (kept for the certificate chain) per native call
 
@@ -121,8 +122,7 @@ class RowGenerator:
     def _settings(self, row):
         """(max_new, sampling dict) of a row's settings, checked."""
         max_new = row["max_new"]
-        if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
-            raise ValueError(f"det-infer: max_new must be a positive int, got {max_new!r}")
+        check_max_new(max_new)
         sampling = {k: row[k] for k in certificate.SAMPLING_FIELDS}
         self.mm._sampling(1, **sampling)  # raises on a value out of range
         return max_new, sampling
