@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "../contract/det_attention.h"
 #include "../model/det_llama_model.h"
 #include "det_lane_blocks.h"
 
@@ -56,6 +57,22 @@ inline void det_prefetch_l2(const void* p, int64_t bytes) {
 // Attention scores of one query: out[i] = fl(canonical dot(q, k + i*stride over D) * scale), i < n.
 void det_attn_scores(const float* q, const float* k, int64_t stride, int64_t D, int64_t n, float scale,
                      float* out);
+// One query of a chunk (docs/SPEC.md §13.4): its visible slots and where its partial goes.
+struct det_attn_query {
+  const float* q;      // (D,)
+  int64_t j0, j1;      // visible slots, 0 <= j0 <= j1 < DET_ATTN_CHUNK
+  det_attn_acc* part;  // out: the chunk's (m, l)
+  float* o;            // out: (D,) the chunk's o
+};
+// A chunk's cached rows: slot j's key at k + j * D, its value at v + j * D.
+struct det_attn_rows {
+  const float *k, *v;
+};
+// Steps 1-4 of §13.4 for each query over one chunk's rows; slots no query sees are not read. next
+// (null pointers: none) is the chunk the caller takes next: its rows are requested into L2 while
+// this one computes (hints only: they are never read here).
+void det_attn_chunk(det_attn_rows rows, int64_t D, float scale, const det_attn_query* qs, int64_t nq,
+                    det_attn_rows next);
 // out[i] = fl(act(gate[i]) * up[i]), act silu or gelu-tanh (DET_ACT_*, contract/det_act.h)
 void det_act_mul(int act, const float* gate, const float* up, float* out, int64_t n);
 // e[i] = exp(fl(s[i] - m))
@@ -83,6 +100,9 @@ void det_gemv_rows_tile_avx512(const det_matrix& W, int64_t K, const float* xp, 
 // x86/det_attn_avx2.cpp: det_attn_scores eight keys at a time; D % 8 == 0.
 void det_attn_scores_avx2(const float* q, const float* k, int64_t stride, int64_t D, int64_t n, float scale,
                           float* out);
+// x86/det_attn_chunk_avx512.cpp: det_attn_chunk with AVX-512 (F, DQ); D % 16 == 0.
+void det_attn_chunk_avx512(const float* k, const float* v, int64_t D, float scale, const det_attn_query* qs,
+                           int64_t nq, det_attn_rows next);
 // AVX2 + FMA (x86/det_act_avx2.cpp)
 void det_silu_mul_avx2(const float* gate, const float* up, float* out, int64_t n);
 void det_gelu_tanh_mul_avx2(const float* gate, const float* up, float* out, int64_t n);

@@ -12,10 +12,10 @@
 
 #include "../contract/det_act.h"
 #include "../contract/det_argmax.h"
-#include "../contract/det_attention.h"
 #include "../contract/det_model_ops.h"
 #include "../contract/det_norm.h"
 #include "../contract/det_trig.h"
+#include "det_attn_cpu.h"
 #include "det_kernels_cpu.h"
 #include "det_parallel.h"
 #include "det_sample_cpu.h"
@@ -111,72 +111,6 @@ DET_CPU_CLONES void scale_into(float* x, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = det_mul_f32(x[i], s);
 }
 
-// ---- attention of one (row, head): docs/SPEC.md §13.4 -------------------------------------------
-constexpr int64_t kPrefetchSlots = 8;  // the V loop asks for the cached row this many slots ahead
-
-struct AttnScratch {
-  std::vector<float> group_o;  // (kGroups, D): each slot group's accumulator; after the tree, row 0 is o
-  std::vector<float> O;        // (D,) the running numerator
-};
-
-// A chunk's 128 slots in the canonical order of docs/SPEC.md §9: accumulator g takes slots
-// 8g .. 8g + 7 (accumulators 16..31 take none, so the tree's first step is skipped).
-constexpr int64_t kGroups = DET_ATTN_CHUNK / DET_REDUCE_RUN;
-
-DET_CPU_CLONES void attend(const float* q, const float* kc, const float* vc, int64_t stride,
-                           int64_t D, int64_t lo, int64_t p, float scale, float* out,
-                           AttnScratch& s) {
-  det_attn_acc run = {0.0f, 0.0f};
-  bool first = true;
-  float score[DET_ATTN_CHUNK], ex[DET_ATTN_CHUNK], l_acc[DET_REDUCE_LANES];
-  for (int64_t c = lo / DET_ATTN_CHUNK; c <= p / DET_ATTN_CHUNK; ++c) {
-    const int64_t base = c * DET_ATTN_CHUNK;
-    const int64_t j0 = std::max(lo, base) - base, j1 = std::min(p, base + DET_ATTN_CHUNK - 1) - base;
-    det_attn_scores(q, kc + (base + j0) * stride, stride, D, j1 - j0 + 1, scale, score + j0);
-    float m = score[j0];
-    for (int64_t j = j0 + 1; j <= j1; ++j) m = score[j] > m ? score[j] : m;
-    det_exp_sub(score + j0, m, ex + j0, j1 - j0 + 1);
-    for (int j = 0; j < DET_REDUCE_LANES; ++j) l_acc[j] = 0.0f;
-    bool live[kGroups];
-    for (int64_t g = 0; g < kGroups; ++g) {
-      const int64_t g0 = std::max(j0, g * DET_REDUCE_RUN), g1 = std::min(j1, g * DET_REDUCE_RUN + DET_REDUCE_RUN - 1);
-      live[g] = g0 <= g1;
-      if (!live[g]) continue;
-      float* o = s.group_o.data() + g * D;
-      for (int64_t d = 0; d < D; ++d) o[d] = 0.0f;
-      for (int64_t j = g0; j <= g1; ++j) {  // the group's visible slots, in increasing order
-        const float e = ex[j];
-        l_acc[g] = det_add_f32(l_acc[g], e);
-        const float* v = vc + (base + j) * stride;
-        if (j + kPrefetchSlots <= j1) det_prefetch_l1(v + kPrefetchSlots * stride, 4 * D);
-        for (int64_t d = 0; d < D; ++d) o[d] = det_fma_f32(e, v[d], o[d]);
-      }
-    }
-    const float l = det_reduce_tree_f32(l_acc);
-    // The group tree, without the additions of groups that took no slot (+0 in every dimension:
-    // groups 16..31 always, and groups outside the visible slots): each is skipped, or copied into
-    // when the other side is empty. That changes at most the sign of a zero, and the full tree,
-    // which adds +0 leaves, never gives -0; adding +0 once at the end restores its bits
-    // (det_reduce.h).
-    for (int64_t half = kGroups / 2; half >= 1; half /= 2)
-      for (int64_t g = 0; g < half; ++g) {
-        if (!live[g + half]) continue;
-        float* a = s.group_o.data() + g * D;
-        const float* b = s.group_o.data() + (g + half) * D;
-        if (live[g]) {
-          for (int64_t d = 0; d < D; ++d) a[d] = det_add_f32(a[d], b[d]);
-        } else {
-          memcpy(a, b, D * sizeof(float));
-          live[g] = true;
-        }
-      }
-    for (int64_t d = 0; d < D; ++d) s.group_o[d] = det_add_f32(s.group_o[d], 0.0f);
-    det_attn_combine_f32(&run, s.O.data(), {m, l}, s.group_o.data(), D, first);
-    first = false;
-  }
-  for (int64_t d = 0; d < D; ++d) out[d] = det_div_f32(s.O[d], run.l);
-}
-
 // ---- one block of rows through the layer plan ------------------------------------------------
 struct Block {
   std::vector<float> x, h, q, k, v, att, gate, up, tmp, ple;  // gate holds act(gate) * up, or the PLE branch's
@@ -267,25 +201,9 @@ void step_rope(const Rows& r, const det_step& s) {
   }
 }
 
-// ATTEND: every (row, query head) over its cache, round-robin over the threads.
+// ATTEND: every (row, query head) over its cache (det_attn_cpu.cpp).
 void step_attend(const Rows& r, const det_step& s) {
-  const det_llama_model* m = r.m;
-  const det_llama_layer& L = m->layers[s.layer];
-  const int64_t D = L.head_dim, QD = m->n_heads * D, group = m->n_heads / m->n_kv_heads;
-  const float scale = det_rsqrt_f32((float)m->attn_scale_dim);
-  det_parallel_round_robin(r.B * m->n_heads, [&](int64_t first, int64_t step) {
-    AttnScratch a;
-    a.group_o.resize(kGroups * D);
-    a.O.resize(D);
-    for (int64_t t = first; t < r.B * m->n_heads; t += step) {
-      const int64_t b = t / m->n_heads, hd = t % m->n_heads, g = hd / group, p = r.positions[b];
-      const det_kv_cache* c = r.caches[b];
-      const int64_t lo = L.window > 0 ? std::max<int64_t>(0, p - L.window + 1) : 0;
-      const int64_t head = det_kv_head_base(L, c->capacity, g);
-      attend(r.w.q.data() + b * QD + hd * D, c->k + head, c->v + head, D, D, lo, p, scale,
-             r.w.att.data() + b * QD + hd * D, a);
-    }
-  });
+  det_cpu_attend(r.m, r.m->layers[s.layer], r.B, r.positions, r.caches, r.w.q.data(), r.w.att.data());
 }
 
 // MLP: the MLP input norm, then act(gate) * up into w.gate.

@@ -35,6 +35,22 @@ void det_parallel_team(Body body) {
   }
 }
 
+// The threads a parallel region of this thread would run (1 without OpenMP).
+inline int64_t det_parallel_threads() {
+#if defined(_OPENMP)
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+// Inside det_parallel_team's body: waits until every thread of the team has reached it.
+inline void det_parallel_barrier() {
+#if defined(_OPENMP)
+#pragma omp barrier
+#endif
+}
+
 // Runs body(begin, end) over [0, n), one static chunk per OpenMP thread. Ranges shorter than
 // min_parallel run on the calling thread (which must hold its own det_fpenv_guard), since waking
 // the team costs more than the work.

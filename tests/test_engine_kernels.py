@@ -214,3 +214,53 @@ def test_engine_attention_scores_equal_the_contract(di, isa, D):
             di.ops._test_attn_scores_engine(out, q, keys[:count], scale)
             assert torch.equal(out.view(torch.int32), want[:count].view(torch.int32)), count
     assert want[0].item() == 0.0 and str(want[1].item()) == ("-0.0" if D >= 256 else "0.0")
+
+
+def _chunk(di, q, k, v, ranges, scale):
+    stats, o = torch.full((q.shape[0], 2), 7.0), torch.full(q.shape, 7.0)
+    di.ops._test_attn_chunk_engine(stats, o, q, k, v, torch.tensor(ranges, dtype=torch.int64), scale)
+    return stats, o
+
+
+def _same_bits(a, b):
+    nan = torch.isnan(a)
+    return torch.equal(nan, torch.isnan(b)) and torch.equal(a[~nan].view(torch.int32), b[~nan].view(torch.int32))
+
+
+@pytest.mark.parametrize("D", [16, 48, 64, 128, 256, 512])
+def test_engine_attention_chunk_equals_the_loops(di, D):
+    """One chunk's (m, l, o) for several queries at once (the AVX-512 kernel: keys transposed once
+    for all of them, o's chains in registers, queries in passes of four) against the contract's loops
+    one query at a time (ISA capped at ref), bit for bit: queries with different visible ranges in one
+    call (whole chunk, windows starting and ending inside a slot group, one slot, a cache that ends
+    inside the chunk); values of one scale (every slot's weight near 1, so an order changes bits),
+    values over 30 decades, and infinities and NaNs in K and V."""
+    rng = np.random.default_rng(D)
+
+    def rand(*shape, decades=0):
+        return torch.from_numpy((rng.standard_normal(shape) * 10.0 ** rng.uniform(-decades, decades, shape))
+                                .astype(np.float32))
+
+    scale = float(np.float32(D ** -0.5))
+    cases = [(128, [(0, 127)] * 3),  # a decode's query heads
+             (128, [(0, 127), (3, 127), (0, 77), (13, 13), (8, 15), (5, 122), (0, 0), (64, 127), (9, 100)]),
+             (77, [(0, 76), (20, 76), (76, 76)])]  # the cache's last row is slot 76
+    for decades, hostile in ((0, False), (3, False), (3, True)):
+        for n, ranges in cases:
+            q = rand(len(ranges), D, decades=decades) * 0.3
+            k, v = rand(n, D, decades=decades), rand(n, D, decades=5 * decades)
+            if hostile:
+                k[1, 3], k[5, :2], v[7, 4], v[9, 0] = float("inf"), float("nan"), float("-inf"), float("nan")
+                k[2], v[3] = 0.0, -0.0
+            if D % 16 == 0 and _has("avx512f", "avx512dq"):
+                di.ops._test_isa_cap(2)
+            fast = _chunk(di, q, k, v, ranges, scale)
+            di.ops._test_isa_cap(0)
+            try:
+                ref = _chunk(di, q, k, v, ranges, scale)
+            finally:
+                di.ops._test_isa_cap(2)
+            assert all(_same_bits(a, b) for a, b in zip(fast, ref)), (n, ranges, hostile)
+            assert torch.isfinite(ref[0]).all() or hostile
+    with pytest.raises(ValueError, match="0 <= j0 <= j1 < n"):
+        _chunk(di, q[:1], k, v, [(5, 2)], scale)

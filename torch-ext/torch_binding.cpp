@@ -178,6 +178,40 @@ void attn_scores_engine(torch::Tensor& out, const torch::Tensor& q, const torch:
                   out.data_ptr<float>());
 }
 
+// One chunk's attention partials (det_attn_chunk) of the queries q (nq, D), query i seeing slots
+// ranges[i] = (j0, j1) of k and v (n <= 128 rows of D): stats (nq, 2) gets (m, l), o (nq, D) gets o.
+void attn_chunk_engine(torch::Tensor& stats, torch::Tensor& o, const torch::Tensor& q, const torch::Tensor& k,
+                       const torch::Tensor& v, const torch::Tensor& ranges, double scale) {
+  check_dense(stats, "stats", torch::kFloat32);
+  check_dense(o, "o", torch::kFloat32);
+  check_dense(q, "q", torch::kFloat32);
+  check_dense(k, "k", torch::kFloat32);
+  check_dense(v, "v", torch::kFloat32);
+  TORCH_CHECK_VALUE(stats.is_cpu() && o.is_cpu() && q.is_cpu() && k.is_cpu() && v.is_cpu() && ranges.is_cpu(),
+                    "det-infer: attn_chunk_engine takes CPU tensors");
+  const int64_t nq = q.size(0), D = q.size(1), n = k.size(0);
+  TORCH_CHECK_VALUE(q.dim() == 2 && k.dim() == 2 && k.sizes() == v.sizes() && k.size(1) == D && n <= DET_ATTN_CHUNK &&
+                        ranges.scalar_type() == torch::kInt64 && ranges.is_contiguous() &&
+                        ranges.sizes() == torch::IntArrayRef({nq, 2}) && stats.sizes() == torch::IntArrayRef({nq, 2}) &&
+                        o.sizes() == q.sizes(),
+                    "det-infer: attn_chunk_engine takes q (nq, D), k and v (n <= 128, D), ranges int64 (nq, 2), "
+                    "stats (nq, 2), o (nq, D)");
+  const int64_t* r = ranges.data_ptr<int64_t>();
+  std::vector<det_attn_acc> parts(nq);
+  std::vector<det_attn_query> qs(nq);
+  for (int64_t i = 0; i < nq; ++i) {
+    TORCH_CHECK_VALUE(0 <= r[2 * i] && r[2 * i] <= r[2 * i + 1] && r[2 * i + 1] < n,
+                      "det-infer: attn_chunk_engine's ranges must satisfy 0 <= j0 <= j1 < n");
+    qs[i] = {q.data_ptr<float>() + i * D, r[2 * i], r[2 * i + 1], &parts[i], o.data_ptr<float>() + i * D};
+  }
+  det_fpenv_guard env;
+  det_attn_chunk({k.data_ptr<float>(), v.data_ptr<float>()}, D, (float)scale, qs.data(), nq, {nullptr, nullptr});
+  for (int64_t i = 0; i < nq; ++i) {
+    stats.data_ptr<float>()[2 * i] = parts[i].m;
+    stats.data_ptr<float>()[2 * i + 1] = parts[i].l;
+  }
+}
+
 // w: bf16 (N, K), or nf4 uint8 codes (N, K/2) with absmax (its fp32 block scales).
 std::string gemv_engine(torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& x,
                         const c10::optional<torch::Tensor>& absmax) {
@@ -263,6 +297,10 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // the engine's attention scores of one query against rows of k (for tests against the contract)
   ops.def("_test_attn_scores_engine(Tensor! out, Tensor q, Tensor k, float scale) -> ()");
   ops.impl("_test_attn_scores_engine", torch::kCPU, &attn_scores_engine);
+  // one chunk's attention partials of several queries (for tests of each ISA level against the loops)
+  ops.def("_test_attn_chunk_engine(Tensor! stats, Tensor! o, Tensor q, Tensor k, Tensor v, Tensor ranges, "
+          "float scale) -> ()");
+  ops.impl("_test_attn_chunk_engine", torch::kCPU, &attn_chunk_engine);
   // ---- the loaders' and the engine's ops
   // the contract's nf4 codebook, and nested absmax resolution (contract/det_nf4.h)
   ops.def("nf4_codebook() -> Tensor");

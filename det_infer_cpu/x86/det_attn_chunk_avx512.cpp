@@ -1,0 +1,257 @@
+// det_attn_chunk_avx512.cpp: one chunk's attention partials (docs/SPEC.md §13.4 steps 1-4) for
+// several queries that share its keys and values (the query heads of one KV head, and rows of one
+// sequence), with AVX-512.
+//
+// Where the time went before (perf, 2026-12-05): per (key, query head) each query transposed its
+// keys 8 x 8 to put one key in each lane (about 50 cycles), and the V sum kept o in memory, so
+// every slot waited on the last one's store. Here:
+//  - the chunk's keys are transposed once, 16 x 16 at a time, into kt[d][slot]; every query then
+//    runs the canonical dot with one key per lane: accumulator l takes dims 8l .. 8l + 7 (and
+//    256 + 8l .. when D > 256) in order, an fma with q's element broadcast, then the tree. That is
+//    det_attn_scores' arithmetic lane for lane, without a transpose per query.
+//  - o's accumulators live in registers: a slot group (8 slots) is an fma chain per dimension, 64
+//    dimensions of up to kQ queries at a time, each V row read once for all of them.
+// Only the order of independent work changes; every value is computed by the same operations in
+// the same order as the reference (det_attn_cpu.cpp's chunk_partial), which tests hold it to.
+#include <immintrin.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "../det_kernels_cpu.h"
+
+#define DET_AVX512 __attribute__((target("avx2,fma,avx512f,avx512dq")))
+
+namespace {
+
+constexpr int kChunk = DET_ATTN_CHUNK;
+constexpr int kKeys = 16;                          // keys per vector
+constexpr int kGroups = kChunk / DET_REDUCE_RUN;   // slot groups: accumulators 0..15 of o and l
+constexpr int kQ = 4;                              // queries sharing one pass over V
+constexpr int kDBlock = 64;                        // dimensions of o in registers per pass
+// Cached rows come from memory (a head's K and V are 2 x 32 KB a chunk at D = 64). While a chunk
+// computes, the next one's rows are requested into L2 a few lines per step (its keys during the
+// transpose, its values during the V pass): asked for all at once, they filled the miss queues and
+// stalled the requests themselves (perf, 2026-12-05).
+
+// Transposes 16 rows of 16 floats in place: r[c] becomes column c.
+DET_AVX512 inline void transpose16(__m512 r[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  // Per 4 rows 4k .. 4k + 3: u[4k + c] holds columns c, c + 4, c + 8, c + 12 in its four 128-bit lanes.
+  for (int k = 0; k < 16; k += 4) {
+    const __m512d t0 = _mm512_castps_pd(t[k]), t1 = _mm512_castps_pd(t[k + 1]);
+    const __m512d t2 = _mm512_castps_pd(t[k + 2]), t3 = _mm512_castps_pd(t[k + 3]);
+    u[k] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    u[k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    u[k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    u[k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+  }
+  for (int c = 0; c < 4; ++c) {
+    // Rows 0-7 and 8-15: (col c, col c + 8) and (col c + 4, col c + 12) of each 4-row group.
+    const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], _MM_SHUFFLE(3, 1, 3, 1));
+    const __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(3, 1, 3, 1));
+    r[c] = _mm512_shuffle_f32x4(v0, w0, _MM_SHUFFLE(2, 0, 2, 0));
+    r[c + 8] = _mm512_shuffle_f32x4(v0, w0, _MM_SHUFFLE(3, 1, 3, 1));
+    r[c + 4] = _mm512_shuffle_f32x4(v1, w1, _MM_SHUFFLE(2, 0, 2, 0));
+    r[c + 12] = _mm512_shuffle_f32x4(v1, w1, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
+
+// kt[d * kChunk + j] = key j's element d, for the 16-key blocks that hold slots u0..u1. Keys of
+// those blocks outside u0..u1 are not read (masked loads: they may lie past the cache) and come out 0.
+DET_AVX512 void transpose_keys(const float* k, int64_t D, int u0, int u1, float* kt, const float* next_k) {
+  for (int b = u0 / kKeys * kKeys; b <= u1; b += kKeys) {
+    __mmask16 live[kKeys];
+    for (int t = 0; t < kKeys; ++t) live[t] = b + t >= u0 && b + t <= u1 ? 0xFFFF : 0;
+    const float* rows = k + b * D;
+    for (int64_t d0 = 0; d0 < D; d0 += kKeys) {
+      __m512 r[16];
+      if (next_k)  // the same piece of the next chunk's keys: all of them by the last block
+        for (int t = 0; t < kKeys; ++t) _mm_prefetch((const char*)(next_k + (b + t) * D + d0), _MM_HINT_T1);
+      for (int t = 0; t < kKeys; ++t) r[t] = _mm512_maskz_loadu_ps(live[t], rows + t * D + d0);
+      transpose16(r);
+      for (int c = 0; c < kKeys; ++c) _mm512_storeu_ps(kt + (d0 + c) * kChunk + b, r[c]);
+    }
+  }
+}
+
+// score[j] for the 16-key blocks over slots j0..j1: kLive accumulators take terms (det_attn_avx2.cpp).
+template <int kLive>
+DET_AVX512 void scores(const float* q, const float* kt, int64_t D, int j0, int j1, float scale, float* score) {
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int b = j0 / kKeys * kKeys; b <= j1; b += kKeys) {
+    __m512 acc[kLive];
+    constexpr int kBatch = kLive < 8 ? kLive : 8;  // independent chains in flight
+    for (int l0 = 0; l0 < kLive; l0 += kBatch) {
+      __m512 a[kBatch];
+      for (int l = 0; l < kBatch; ++l) a[l] = _mm512_setzero_ps();
+      for (int64_t k0 = 0; k0 + DET_REDUCE_RUN * l0 < D; k0 += DET_REDUCE_BLOCK)
+        for (int i = 0; i < DET_REDUCE_RUN; ++i)
+          for (int l = 0; l < kBatch; ++l) {
+            const int64_t c = k0 + DET_REDUCE_RUN * (l0 + l) + i;
+            if (c < D) a[l] = _mm512_fmadd_ps(_mm512_set1_ps(q[c]), _mm512_loadu_ps(kt + c * kChunk + b), a[l]);
+          }
+      for (int l = 0; l < kBatch; ++l) acc[l0 + l] = a[l];
+    }
+    for (int h = DET_REDUCE_LANES / 2; h >= 1; h /= 2)
+      for (int j = 0; j < h; ++j)
+        if (j + h < kLive) acc[j] = _mm512_add_ps(acc[j], acc[j + h]);
+    __m512 v = acc[0];
+    if (kLive < DET_REDUCE_LANES) v = _mm512_add_ps(v, _mm512_setzero_ps());  // the skipped +0 additions
+    _mm512_storeu_ps(score + b, _mm512_mul_ps(v, s));
+  }
+}
+
+// Head sizes between the cases run the 32-accumulator loop: the extra accumulators take no term
+// and stay +0, and the full tree adds them, as the contract's own loop does.
+DET_AVX512 void scores_of(const float* q, const float* kt, int64_t D, int j0, int j1, float scale, float* score) {
+  switch (std::min<int64_t>(D, DET_REDUCE_BLOCK) / DET_REDUCE_RUN) {
+    case 2: return scores<2>(q, kt, D, j0, j1, scale, score);
+    case 4: return scores<4>(q, kt, D, j0, j1, scale, score);
+    case 8: return scores<8>(q, kt, D, j0, j1, scale, score);
+    case 16: return scores<16>(q, kt, D, j0, j1, scale, score);
+    default: return scores<DET_REDUCE_LANES>(q, kt, D, j0, j1, scale, score);
+  }
+}
+
+// The max of score[j0..j1]: the first, then any larger one, in slot order (§13.4 step 1). Without
+// a NaN the vector max is the same value up to the sign of a zero, which never matters (§13.4).
+DET_AVX512 float max_of(const float* score, int j0, int j1) {
+  __m512 m = _mm512_set1_ps(score[j0]);
+  bool nan = false;
+  for (int b = j0 / kKeys * kKeys; b <= j1; b += kKeys) {
+    const int lo = std::max(j0 - b, 0), hi = std::min(j1 - b, kKeys - 1);
+    const __mmask16 live = (__mmask16)(((1u << (hi + 1)) - 1) & ~((1u << lo) - 1));
+    const __m512 x = _mm512_loadu_ps(score + b);
+    nan |= _mm512_mask_cmp_ps_mask(live, x, x, _CMP_UNORD_Q) != 0;
+    m = _mm512_mask_max_ps(m, live, m, x);
+  }
+  if (!nan) return _mm512_reduce_max_ps(m);
+  float r = score[j0];
+  for (int j = j0 + 1; j <= j1; ++j) r = score[j] > r ? score[j] : r;
+  return r;
+}
+
+// l (§13.4 step 3): accumulator g adds the e of slots 8g .. 8g + 7 in order; ex is 0 outside the
+// visible slots (+0 added to a sum of non-negative terms or NaN changes no bit).
+DET_AVX512 float sum_of(const float* ex) {
+  const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                         _mm512_set1_epi32(DET_REDUCE_RUN));
+  __m512 acc = _mm512_setzero_ps();
+  for (int i = 0; i < DET_REDUCE_RUN; ++i) acc = _mm512_add_ps(acc, _mm512_i32gather_ps(idx, ex + i, 4));
+  alignas(64) float lanes[DET_REDUCE_LANES] = {};
+  _mm512_store_ps(lanes, acc);
+  return det_reduce_tree_f32(lanes);
+}
+
+struct Query {
+  int j0, j1;
+  const float* ex;  // kChunk floats, 0 outside j0..j1
+  float* group_o;   // (kGroups, D)
+};
+
+// group_o[g] = the fma chain over group g's visible slots (§13.4 step 4), for n <= kQ queries,
+// kDBlock dimensions at a time; a group a query does not see is left alone.
+template <int kVec>
+DET_AVX512 void values(const float* v, int64_t D, int64_t d0, const Query* qs, int n, const float* next_v) {
+  for (int g = 0; g < kGroups; ++g) {
+    const int s0 = g * DET_REDUCE_RUN, s1 = s0 + DET_REDUCE_RUN - 1;
+    int a = s1 + 1, z = s0 - 1;
+    for (int i = 0; i < n; ++i) a = std::min(a, std::max(s0, qs[i].j0)), z = std::max(z, std::min(s1, qs[i].j1));
+    if (a > z) continue;
+    __m512 acc[kQ][kVec];
+    for (int i = 0; i < kQ; ++i)
+      for (int c = 0; c < kVec; ++c) acc[i][c] = _mm512_setzero_ps();
+    for (int j = a; j <= z; ++j) {
+      if (next_v)  // the same piece of the next chunk's values
+        for (int c = 0; c < kVec; ++c) _mm_prefetch((const char*)(next_v + j * D + d0 + 16 * c), _MM_HINT_T1);
+      __m512 row[kVec];
+      for (int c = 0; c < kVec; ++c) row[c] = _mm512_loadu_ps(v + j * D + d0 + 16 * c);
+      for (int i = 0; i < kQ; ++i) {
+        if (i >= n || j < qs[i].j0 || j > qs[i].j1) continue;
+        const __m512 e = _mm512_set1_ps(qs[i].ex[j]);
+        for (int c = 0; c < kVec; ++c) acc[i][c] = _mm512_fmadd_ps(e, row[c], acc[i][c]);
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      if (std::max(s0, qs[i].j0) > std::min(s1, qs[i].j1)) continue;
+      for (int c = 0; c < kVec; ++c) _mm512_storeu_ps(qs[i].group_o + g * D + d0 + 16 * c, acc[i][c]);
+    }
+  }
+}
+
+// The group tree (§9) of one query's o, skipping the groups that took no slot (+0 in every
+// dimension), then +0 once: the full tree's bits (det_reduce.h). The result is group_o[0 .. D).
+DET_AVX512 void group_tree(float* group_o, int64_t D, int j0, int j1) {
+  bool live[kGroups];
+  for (int g = 0; g < kGroups; ++g) live[g] = std::max(j0, g * DET_REDUCE_RUN) <= std::min(j1, g * DET_REDUCE_RUN + 7);
+  for (int half = kGroups / 2; half >= 1; half /= 2)
+    for (int g = 0; g < half; ++g) {
+      if (!live[g + half]) continue;
+      float* a = group_o + g * D;
+      const float* b = group_o + (g + half) * D;
+      if (live[g]) {
+        for (int64_t d = 0; d < D; d += 16)
+          _mm512_storeu_ps(a + d, _mm512_add_ps(_mm512_loadu_ps(a + d), _mm512_loadu_ps(b + d)));
+      } else {
+        memcpy(a, b, D * sizeof(float));
+        live[g] = true;
+      }
+    }
+  for (int64_t d = 0; d < D; d += 16)
+    _mm512_storeu_ps(group_o + d, _mm512_add_ps(_mm512_loadu_ps(group_o + d), _mm512_setzero_ps()));
+}
+
+struct Scratch {
+  std::vector<float> kt, score, ex, group_o;
+};
+
+}  // namespace
+
+DET_AVX512 void det_attn_chunk_avx512(const float* k, const float* v, int64_t D, float scale,
+                                      const det_attn_query* qs, int64_t nq, det_attn_rows next) {
+  thread_local Scratch s;
+  int u0 = kChunk, u1 = -1;
+  for (int64_t i = 0; i < nq; ++i) u0 = std::min<int>(u0, (int)qs[i].j0), u1 = std::max<int>(u1, (int)qs[i].j1);
+  if (u0 > u1) return;
+  s.kt.resize(D * kChunk);
+  s.score.resize(kChunk);
+  s.ex.resize(kQ * kChunk);
+  s.group_o.resize(kQ * kGroups * D);
+  transpose_keys(k, D, u0, u1, s.kt.data(), next.k);
+  for (int64_t q0 = 0; q0 < nq; q0 += kQ) {
+    const int n = (int)std::min<int64_t>(kQ, nq - q0);
+    Query batch[kQ];
+    for (int i = 0; i < n; ++i) {
+      const det_attn_query& in = qs[q0 + i];
+      const int j0 = (int)in.j0, j1 = (int)in.j1;
+      float* ex = s.ex.data() + i * kChunk;
+      scores_of(in.q, s.kt.data(), D, j0, j1, scale, s.score.data());
+      const float m = max_of(s.score.data(), j0, j1);
+      memset(ex, 0, kChunk * sizeof(float));
+      det_exp_sub_avx512(s.score.data() + j0, m, ex + j0, j1 - j0 + 1);
+      *in.part = {m, sum_of(ex)};
+      batch[i] = {j0, j1, ex, s.group_o.data() + i * kGroups * D};
+    }
+    for (int64_t d0 = 0; d0 < D; d0 += kDBlock) {
+      const float* next_v = q0 == 0 ? next.v : nullptr;
+      switch (std::min<int64_t>(kDBlock, D - d0) / 16) {
+        case 1: values<1>(v, D, d0, batch, n, next_v); break;
+        case 2: values<2>(v, D, d0, batch, n, next_v); break;
+        case 3: values<3>(v, D, d0, batch, n, next_v); break;
+        default: values<4>(v, D, d0, batch, n, next_v); break;
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      group_tree(batch[i].group_o, D, batch[i].j0, batch[i].j1);
+      memcpy(qs[q0 + i].o, batch[i].group_o, D * sizeof(float));
+    }
+  }
+}
