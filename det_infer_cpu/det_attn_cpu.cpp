@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "../contract/det_attention.h"
@@ -32,7 +33,7 @@ constexpr int64_t kGroups = kChunk / DET_REDUCE_RUN;  // slot groups of a chunk 
 constexpr int64_t kPrefetchSlots = 8;  // the V loop asks for the cached row this many slots ahead
 constexpr int64_t kVBlock = 64;  // dimensions of o a slot group accumulates in registers at a time
 constexpr int64_t kRowsPerUnit = 16;  // rows of one sequence that share a unit's K and V reads
-constexpr int64_t kUnitsPerThread = 4;  // fewer units than this per thread: spans are cut
+constexpr int64_t kUnitsPerThread = 8;  // fewer units than this per thread: spans are cut
 
 // One chunk's partial for one query, the contract's loops: returns (m, l) and leaves o in
 // group_o[0 .. D). Slots j0..j1 of the chunk; kc and vc point at its slot 0.
@@ -168,7 +169,10 @@ struct UnitScratch {
   std::vector<det_attn_query> qs;
   std::vector<det_attn_acc> parts;
   std::vector<int64_t> who;  // each query's (row - r0) * group + head in group
-  explicit UnitScratch(int64_t n, int64_t D) : O(n * D), o(n * D), st(n), qs(n), parts(n), who(n) {}
+  std::vector<int64_t> fold;  // the queries whose partial folds into a running state
+  std::vector<float> arg, weight;  // their exps' arguments and values, two per query
+  explicit UnitScratch(int64_t n, int64_t D)
+      : O(n * D), o(n * D), st(n), qs(n), parts(n), who(n), fold(n), arg(2 * n), weight(2 * n) {}
 };
 
 // One unit: chunks in increasing order; in each, the partials of every row that sees it and every
@@ -194,14 +198,33 @@ void run_unit(const Step& s, const Unit& u, UnitScratch& x) {
     const det_attn_rows next = ch < u.c1 ? det_attn_rows{kc + (base + kChunk) * D, vc + (base + kChunk) * D}
                                          : det_attn_rows{nullptr, nullptr};
     det_attn_chunk({kc + base * D, vc + base * D}, D, s.scale, x.qs.data(), n, next);
+    // The span that starts a row's range folds as it goes (det_attn_combine_f32, its two exps for
+    // every query at once by the vector exp: one at a time, the scalar contract exp cost more
+    // than the chunk's fold); the others store their partials.
+    int64_t nf = 0;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t b = u.r0 + x.who[i] / s.group, h = u.g * s.group + x.who[i] % s.group;
       const RowRange& w = s.rows[b];
       Partial& p = x.st[x.who[i]];
-      if (u.whole || u.c0 == w.cf)  // the span that starts a row's range folds as it goes
-        det_attn_combine_f32(&p.run, p.O, x.parts[i], x.qs[i].o, D, ch == w.cf);
-      else
+      if (!u.whole && u.c0 != w.cf) {
         store(s.slot(b, h, ch), x.parts[i], x.qs[i].o, D);
+      } else if (ch == w.cf) {
+        det_attn_combine_f32(&p.run, p.O, x.parts[i], x.qs[i].o, D, true);
+      } else {
+        const float M = x.parts[i].m > p.run.m ? x.parts[i].m : p.run.m;  // det_attn_merge_stats
+        x.arg[2 * nf] = det_sub_f32(p.run.m, M);
+        x.arg[2 * nf + 1] = det_sub_f32(x.parts[i].m, M);
+        x.fold[nf++] = i;
+      }
+    }
+    det_exp_sub(x.arg.data(), 0.0f, x.weight.data(), 2 * nf);  // exp(fl(t - 0)) = exp(t), bit for bit
+    for (int64_t f = 0; f < nf; ++f) {
+      const int64_t i = x.fold[f];
+      Partial& p = x.st[x.who[i]];
+      const det_attn_weights wt = {x.weight[2 * f], x.weight[2 * f + 1]};
+      p.run.l = det_add_f32(det_mul_f32(p.run.l, wt.a), det_mul_f32(x.parts[i].l, wt.b));
+      p.run.m = x.parts[i].m > p.run.m ? x.parts[i].m : p.run.m;
+      for (int64_t d = 0; d < D; ++d) p.O[d] = det_attn_merge_value(p.O[d], x.qs[i].o[d], wt);
     }
   }
   for (int64_t b = u.r0; b < u.r1; ++b) {
@@ -218,18 +241,37 @@ void run_unit(const Step& s, const Unit& u, UnitScratch& x) {
   }
 }
 
-// The second pass of a cut row's query head: the first span's state, then each later chunk in order.
-void fold_slots(const Step& s, int64_t b, int64_t h, std::vector<float>& O) {
+// The second pass of a cut row: for each query head, the first span's state, then each later
+// chunk's partial in order; the heads advance together, so each chunk's exps are one vector call.
+void fold_slots(const Step& s, int64_t b, std::vector<float>& O, std::vector<float>& arg, std::vector<float>& wt) {
   const RowRange& w = s.rows[b];
-  const int64_t D = s.D, first_end = std::min(w.cf + s.span[b] - 1, w.cl);
-  const float* at = s.slot(b, h, first_end);
-  det_attn_acc run = {at[0], at[1]};
-  memcpy(O.data(), at + 2, D * sizeof(float));
-  for (int64_t ch = first_end + 1; ch <= w.cl; ++ch) {
-    const float* part = s.slot(b, h, ch);
-    det_attn_combine_f32(&run, O.data(), {part[0], part[1]}, part + 2, D, false);
+  const int64_t D = s.D, H = s.n_heads, first_end = std::min(w.cf + s.span[b] - 1, w.cl);
+  O.resize(H * D);
+  arg.resize(2 * H);
+  wt.resize(2 * H);
+  std::vector<det_attn_acc> run(H);
+  for (int64_t h = 0; h < H; ++h) {
+    const float* at = s.slot(b, h, first_end);
+    run[h] = {at[0], at[1]};
+    memcpy(O.data() + h * D, at + 2, D * sizeof(float));
   }
-  finish(run, O.data(), D, s.out + b * s.n_heads * D + h * D);
+  for (int64_t ch = first_end + 1; ch <= w.cl; ++ch) {
+    for (int64_t h = 0; h < H; ++h) {  // det_attn_merge_stats's arguments
+      const float m = s.slot(b, h, ch)[0], M = m > run[h].m ? m : run[h].m;
+      arg[2 * h] = det_sub_f32(run[h].m, M);
+      arg[2 * h + 1] = det_sub_f32(m, M);
+    }
+    det_exp_sub(arg.data(), 0.0f, wt.data(), 2 * H);  // exp(fl(t - 0)) = exp(t), bit for bit
+    for (int64_t h = 0; h < H; ++h) {
+      const float* part = s.slot(b, h, ch);
+      const det_attn_weights ab = {wt[2 * h], wt[2 * h + 1]};
+      run[h].l = det_add_f32(det_mul_f32(run[h].l, ab.a), det_mul_f32(part[1], ab.b));
+      run[h].m = part[0] > run[h].m ? part[0] : run[h].m;
+      float* o = O.data() + h * D;
+      for (int64_t d = 0; d < D; ++d) o[d] = det_attn_merge_value(o[d], part[2 + d], ab);
+    }
+  }
+  for (int64_t h = 0; h < H; ++h) finish(run[h], O.data() + h * D, D, s.out + b * H * D + h * D);
 }
 
 }  // namespace
@@ -288,12 +330,13 @@ void det_cpu_attend(const det_llama_model* m, const det_llama_layer& L, int64_t 
   std::vector<int64_t> cut;  // rows whose range was cut: the second pass folds their slots
   for (int64_t b = 0; b < B; ++b)
     if (s.span[b] > 0 && s.span[b] <= s.rows[b].cl - s.rows[b].cf) cut.push_back(b);
-  const int64_t n_units = (int64_t)units.size(), n_folds = (int64_t)cut.size() * s.n_heads;
+  const int64_t n_units = (int64_t)units.size(), n_folds = (int64_t)cut.size();
+  std::atomic<int64_t> next{0};  // units are taken as threads free up: their costs differ
   det_parallel_team([&](int64_t t, int64_t nt) {
     UnitScratch x(kRowsPerUnit * s.group, s.D);
-    for (int64_t i = t; i < n_units; i += nt) run_unit(s, units[i], x);
+    for (int64_t i = next++; i < n_units; i = next++) run_unit(s, units[i], x);
     if (n_folds == 0) return;
     det_parallel_barrier();  // every span's slots written
-    for (int64_t i = t; i < n_folds; i += nt) fold_slots(s, cut[i / s.n_heads], i % s.n_heads, x.O);
+    for (int64_t i = t; i < n_folds; i += nt) fold_slots(s, cut[i], x.O, x.arg, x.weight);
   });
 }

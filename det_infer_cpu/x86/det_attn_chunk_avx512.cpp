@@ -64,8 +64,10 @@ DET_AVX512 inline void transpose16(__m512 r[16]) {
   }
 }
 
-// kt[d * kChunk + j] = key j's element d, for the 16-key blocks that hold slots u0..u1. Keys of
-// those blocks outside u0..u1 are not read (masked loads: they may lie past the cache) and come out 0.
+// kt[(j / 16) * 16 D + 16 d + j % 16] = key j's element d: each 16-key block's D x 16 panel is
+// contiguous (4 KB at D = 64, in L1 while every query scores it). Only the blocks that hold slots
+// u0..u1; their keys outside u0..u1 are not read (masked loads: they may lie past the cache) and
+// come out 0.
 DET_AVX512 void transpose_keys(const float* k, int64_t D, int u0, int u1, float* kt, const float* next_k) {
   for (int b = u0 / kKeys * kKeys; b <= u1; b += kKeys) {
     __mmask16 live[kKeys];
@@ -77,47 +79,80 @@ DET_AVX512 void transpose_keys(const float* k, int64_t D, int u0, int u1, float*
         for (int t = 0; t < kKeys; ++t) _mm_prefetch((const char*)(next_k + (b + t) * D + d0), _MM_HINT_T1);
       for (int t = 0; t < kKeys; ++t) r[t] = _mm512_maskz_loadu_ps(live[t], rows + t * D + d0);
       transpose16(r);
-      for (int c = 0; c < kKeys; ++c) _mm512_storeu_ps(kt + (d0 + c) * kChunk + b, r[c]);
+      for (int c = 0; c < kKeys; ++c) _mm512_storeu_ps(kt + b * D + (d0 + c) * kKeys, r[c]);
     }
   }
 }
 
-// score[j] for the 16-key blocks over slots j0..j1: kLive accumulators take terms (det_attn_avx2.cpp).
-template <int kLive>
-DET_AVX512 void scores(const float* q, const float* kt, int64_t D, int j0, int j1, float scale, float* score) {
-  const __m512 s = _mm512_set1_ps(scale);
-  for (int b = j0 / kKeys * kKeys; b <= j1; b += kKeys) {
-    __m512 acc[kLive];
-    constexpr int kBatch = kLive < 8 ? kLive : 8;  // independent chains in flight
-    for (int l0 = 0; l0 < kLive; l0 += kBatch) {
-      __m512 a[kBatch];
-      for (int l = 0; l < kBatch; ++l) a[l] = _mm512_setzero_ps();
-      for (int64_t k0 = 0; k0 + DET_REDUCE_RUN * l0 < D; k0 += DET_REDUCE_BLOCK)
-        for (int i = 0; i < DET_REDUCE_RUN; ++i)
-          for (int l = 0; l < kBatch; ++l) {
-            const int64_t c = k0 + DET_REDUCE_RUN * (l0 + l) + i;
-            if (c < D) a[l] = _mm512_fmadd_ps(_mm512_set1_ps(q[c]), _mm512_loadu_ps(kt + c * kChunk + b), a[l]);
-          }
-      for (int l = 0; l < kBatch; ++l) acc[l0 + l] = a[l];
+// score[0..16) of kN queries for one 16-key block (its panel kt): kLive accumulators per query
+// take terms, as in det_attn_avx2.cpp's scores; the queries share each load of the panel.
+template <int kLive, int kN>
+DET_AVX512 void block_scores(const float* const* q, const float* kt, int64_t D, float scale, float* const* score) {
+  constexpr int kBatch = kLive < 8 ? kLive : 8;  // accumulators per query in flight
+  __m512 acc[kN][kLive];
+  for (int l0 = 0; l0 < kLive; l0 += kBatch) {
+    __m512 a[kN][kBatch];
+    for (int n = 0; n < kN; ++n)
+      for (int l = 0; l < kBatch; ++l) a[n][l] = _mm512_setzero_ps();
+    for (int64_t k0 = 0; k0 + DET_REDUCE_RUN * l0 < D; k0 += DET_REDUCE_BLOCK) {
+      // The batch's accumulators with terms in this block (all but in a last partial block);
+      // D % 16 == 0, so each of those takes its whole run of 8.
+      const int64_t live = std::min<int64_t>(kBatch, (D - k0) / DET_REDUCE_RUN - l0);
+      const float* kb = kt + (k0 + DET_REDUCE_RUN * l0) * kKeys;
+      const int64_t qo = k0 + DET_REDUCE_RUN * l0;
+      for (int i = 0; i < DET_REDUCE_RUN; ++i)
+        for (int l = 0; l < kBatch; ++l) {
+          if (live < kBatch && l >= live) break;
+          const __m512 key = _mm512_loadu_ps(kb + (DET_REDUCE_RUN * l + i) * kKeys);
+          for (int n = 0; n < kN; ++n)
+            a[n][l] = _mm512_fmadd_ps(_mm512_set1_ps(q[n][qo + DET_REDUCE_RUN * l + i]), key, a[n][l]);
+        }
     }
+    for (int n = 0; n < kN; ++n)
+      for (int l = 0; l < kBatch; ++l) acc[n][l0 + l] = a[n][l];
+  }
+  for (int n = 0; n < kN; ++n) {
     for (int h = DET_REDUCE_LANES / 2; h >= 1; h /= 2)
       for (int j = 0; j < h; ++j)
-        if (j + h < kLive) acc[j] = _mm512_add_ps(acc[j], acc[j + h]);
-    __m512 v = acc[0];
+        if (j + h < kLive) acc[n][j] = _mm512_add_ps(acc[n][j], acc[n][j + h]);
+    __m512 v = acc[n][0];
     if (kLive < DET_REDUCE_LANES) v = _mm512_add_ps(v, _mm512_setzero_ps());  // the skipped +0 additions
-    _mm512_storeu_ps(score + b, _mm512_mul_ps(v, s));
+    _mm512_storeu_ps(score[n], _mm512_mul_ps(v, _mm512_set1_ps(scale)));
   }
 }
 
+// Every query's scores over the 16-key blocks it sees, block by block (each panel once from L2).
 // Head sizes between the cases run the 32-accumulator loop: the extra accumulators take no term
 // and stay +0, and the full tree adds them, as the contract's own loop does.
-DET_AVX512 void scores_of(const float* q, const float* kt, int64_t D, int j0, int j1, float scale, float* score) {
+template <int kLive>
+DET_AVX512 void scores(const det_attn_query* qs, int64_t nq, const float* kt, int64_t D, int u0, int u1,
+                       float scale, float* score) {
+  constexpr int kN = kLive <= 8 ? 2 : 1;  // queries per pass over a panel (accumulators: 2 x 8)
+  for (int b = u0 / kKeys * kKeys; b <= u1; b += kKeys) {
+    const float* qv[kN];
+    float* out[kN];
+    int n = 0;
+    for (int64_t i = 0; i < nq; ++i) {
+      if (qs[i].j0 >= b + kKeys || qs[i].j1 < b) continue;
+      qv[n] = qs[i].q;
+      out[n] = score + i * kChunk + b;
+      if (++n == kN) {
+        block_scores<kLive, kN>(qv, kt + b * D, D, scale, out);
+        n = 0;
+      }
+    }
+    if (n) block_scores<kLive, 1>(qv, kt + b * D, D, scale, out);  // kN - 1 == 1 left at most
+  }
+}
+
+DET_AVX512 void scores_of(const det_attn_query* qs, int64_t nq, const float* kt, int64_t D, int u0, int u1,
+                          float scale, float* score) {
   switch (std::min<int64_t>(D, DET_REDUCE_BLOCK) / DET_REDUCE_RUN) {
-    case 2: return scores<2>(q, kt, D, j0, j1, scale, score);
-    case 4: return scores<4>(q, kt, D, j0, j1, scale, score);
-    case 8: return scores<8>(q, kt, D, j0, j1, scale, score);
-    case 16: return scores<16>(q, kt, D, j0, j1, scale, score);
-    default: return scores<DET_REDUCE_LANES>(q, kt, D, j0, j1, scale, score);
+    case 2: return scores<2>(qs, nq, kt, D, u0, u1, scale, score);
+    case 4: return scores<4>(qs, nq, kt, D, u0, u1, scale, score);
+    case 8: return scores<8>(qs, nq, kt, D, u0, u1, scale, score);
+    case 16: return scores<16>(qs, nq, kt, D, u0, u1, scale, score);
+    default: return scores<DET_REDUCE_LANES>(qs, nq, kt, D, u0, u1, scale, score);
   }
 }
 
@@ -222,24 +257,26 @@ DET_AVX512 void det_attn_chunk_avx512(const float* k, const float* v, int64_t D,
   for (int64_t i = 0; i < nq; ++i) u0 = std::min<int>(u0, (int)qs[i].j0), u1 = std::max<int>(u1, (int)qs[i].j1);
   if (u0 > u1) return;
   s.kt.resize(D * kChunk);
-  s.score.resize(kChunk);
-  s.ex.resize(kQ * kChunk);
+  s.score.resize(nq * kChunk);
+  s.ex.resize(nq * kChunk);
   s.group_o.resize(kQ * kGroups * D);
   transpose_keys(k, D, u0, u1, s.kt.data(), next.k);
+  scores_of(qs, nq, s.kt.data(), D, u0, u1, scale, s.score.data());
+  for (int64_t i = 0; i < nq; ++i) {
+    const int j0 = (int)qs[i].j0, j1 = (int)qs[i].j1;
+    const float* score = s.score.data() + i * kChunk;
+    float* ex = s.ex.data() + i * kChunk;
+    const float m = max_of(score, j0, j1);
+    memset(ex, 0, kChunk * sizeof(float));
+    det_exp_sub_avx512(score + j0, m, ex + j0, j1 - j0 + 1);
+    *qs[i].part = {m, sum_of(ex)};
+  }
   for (int64_t q0 = 0; q0 < nq; q0 += kQ) {
     const int n = (int)std::min<int64_t>(kQ, nq - q0);
     Query batch[kQ];
-    for (int i = 0; i < n; ++i) {
-      const det_attn_query& in = qs[q0 + i];
-      const int j0 = (int)in.j0, j1 = (int)in.j1;
-      float* ex = s.ex.data() + i * kChunk;
-      scores_of(in.q, s.kt.data(), D, j0, j1, scale, s.score.data());
-      const float m = max_of(s.score.data(), j0, j1);
-      memset(ex, 0, kChunk * sizeof(float));
-      det_exp_sub_avx512(s.score.data() + j0, m, ex + j0, j1 - j0 + 1);
-      *in.part = {m, sum_of(ex)};
-      batch[i] = {j0, j1, ex, s.group_o.data() + i * kGroups * D};
-    }
+    for (int i = 0; i < n; ++i)
+      batch[i] = {(int)qs[q0 + i].j0, (int)qs[q0 + i].j1, s.ex.data() + (q0 + i) * kChunk,
+                  s.group_o.data() + i * kGroups * D};
     for (int64_t d0 = 0; d0 < D; d0 += kDBlock) {
       const float* next_v = q0 == 0 ? next.v : nullptr;
       switch (std::min<int64_t>(kDBlock, D - d0) / 16) {
