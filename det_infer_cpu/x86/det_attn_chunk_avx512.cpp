@@ -5,10 +5,11 @@
 // Where the time went before (perf, 2026-12-05): per (key, query head) each query transposed its
 // keys 8 x 8 to put one key in each lane (about 50 cycles), and the V sum kept o in memory, so
 // every slot waited on the last one's store. Here:
-//  - the chunk's keys are transposed once, 16 x 16 at a time, into kt[d][slot]; every query then
-//    runs the canonical dot with one key per lane: accumulator l takes dims 8l .. 8l + 7 (and
-//    256 + 8l .. when D > 256) in order, an fma with q's element broadcast, then the tree. That is
-//    det_attn_scores' arithmetic lane for lane, without a transpose per query.
+//  - the chunk's keys are transposed once, 16 x 16 at a time, into a D x 16 panel per 16-key block;
+//    every query then runs the canonical dot with one key per lane: accumulator l takes dims
+//    8l .. 8l + 7 (and 256 + 8l .. when D > 256) in order, an fma with q's element broadcast, then
+//    the tree. That is det_attn_scores' arithmetic lane for lane, without a transpose per query;
+//    the panels are scored block by block, two queries per pass sharing each panel load.
 //  - o's accumulators live in registers: a slot group (8 slots) is an fma chain per dimension, 64
 //    dimensions of up to kQ queries at a time, each V row read once for all of them.
 // Only the order of independent work changes; every value is computed by the same operations in
