@@ -45,11 +45,9 @@ DET_CPU_CLONES det_attn_acc chunk_partial(const float* q, const float* kc, const
   for (int64_t j = j0 + 1; j <= j1; ++j) m = score[j] > m ? score[j] : m;
   det_exp_sub(score + j0, m, ex + j0, j1 - j0 + 1);
   for (int j = 0; j < DET_REDUCE_LANES; ++j) l_acc[j] = 0.0f;
-  bool live[kGroups];
   for (int64_t g = 0; g < kGroups; ++g) {
     const int64_t g0 = std::max(j0, g * DET_REDUCE_RUN), g1 = std::min(j1, g * DET_REDUCE_RUN + DET_REDUCE_RUN - 1);
-    live[g] = g0 <= g1;
-    if (!live[g]) continue;
+    if (g0 > g1) continue;  // no visible slot: the tree skips the group
     for (int64_t j = g0; j <= g1; ++j) {  // the group's visible slots, in increasing order
       l_acc[g] = det_add_f32(l_acc[g], ex[j]);
       if (j + kPrefetchSlots <= j1) det_prefetch_l1(vc + (j + kPrefetchSlots) * D, 4 * D);
@@ -74,24 +72,7 @@ DET_CPU_CLONES det_attn_acc chunk_partial(const float* q, const float* kc, const
     }
   }
   const float l = det_reduce_tree_f32(l_acc);
-  // The group tree, without the additions of groups that took no slot (+0 in every dimension:
-  // groups 16..31 always, and groups outside the visible slots): each is skipped, or copied into
-  // when the other side is empty. That changes at most the sign of a zero, and the full tree,
-  // which adds +0 leaves, never gives -0; adding +0 once at the end restores its bits
-  // (det_reduce.h).
-  for (int64_t half = kGroups / 2; half >= 1; half /= 2)
-    for (int64_t g = 0; g < half; ++g) {
-      if (!live[g + half]) continue;
-      float* a = group_o + g * D;
-      const float* b = group_o + (g + half) * D;
-      if (live[g]) {
-        for (int64_t d = 0; d < D; ++d) a[d] = det_add_f32(a[d], b[d]);
-      } else {
-        memcpy(a, b, D * sizeof(float));
-        live[g] = true;
-      }
-    }
-  for (int64_t d = 0; d < D; ++d) group_o[d] = det_add_f32(group_o[d], 0.0f);
+  det_attn_group_tree(group_o, D, j0, j1);
   return {m, l};
 }
 
@@ -162,6 +143,36 @@ void finish(const det_attn_acc& run, const float* O, int64_t D, float* out) {
   for (int64_t d = 0; d < D; ++d) out[d] = det_div_f32(O[d], run.l);
 }
 
+// A chunk's partial (part, o) to fold into a running state (run, O) after its first chunk.
+struct Fold {
+  det_attn_acc* run;
+  float* O;
+  det_attn_acc part;
+  const float* o;
+};
+
+// det_attn_combine_f32 (not first) for each fold, the 2n exps of det_attn_merge_stats in one
+// det_exp_sub(t, 0) call (exp(fl(t - 0)) = exp(t), bit for bit): one at a time, the scalar
+// contract exp, whose fmas are libm calls in this file's baseline ISA, cost more than the fold.
+void fold_all(const std::vector<Fold>& f, int64_t D, std::vector<float>& arg, std::vector<float>& wt) {
+  const int64_t n = (int64_t)f.size();
+  arg.resize(2 * n);
+  wt.resize(2 * n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float M = f[i].part.m > f[i].run->m ? f[i].part.m : f[i].run->m;
+    arg[2 * i] = det_sub_f32(f[i].run->m, M);
+    arg[2 * i + 1] = det_sub_f32(f[i].part.m, M);
+  }
+  det_exp_sub(arg.data(), 0.0f, wt.data(), 2 * n);
+  for (int64_t i = 0; i < n; ++i) {
+    det_attn_acc& run = *f[i].run;
+    const det_attn_weights ab = {wt[2 * i], wt[2 * i + 1]};
+    run.l = det_add_f32(det_mul_f32(run.l, ab.a), det_mul_f32(f[i].part.l, ab.b));
+    run.m = f[i].part.m > run.m ? f[i].part.m : run.m;
+    for (int64_t d = 0; d < D; ++d) f[i].O[d] = det_attn_merge_value(f[i].O[d], f[i].o[d], ab);
+  }
+}
+
 // A thread's buffers for its units: the running states, and one chunk's queries and partials.
 struct UnitScratch {
   std::vector<float> O, o;  // (rows per unit * group, D) each
@@ -169,10 +180,9 @@ struct UnitScratch {
   std::vector<det_attn_query> qs;
   std::vector<det_attn_acc> parts;
   std::vector<int64_t> who;  // each query's (row - r0) * group + head in group
-  std::vector<int64_t> fold;  // the queries whose partial folds into a running state
-  std::vector<float> arg, weight;  // their exps' arguments and values, two per query
-  explicit UnitScratch(int64_t n, int64_t D)
-      : O(n * D), o(n * D), st(n), qs(n), parts(n), who(n), fold(n), arg(2 * n), weight(2 * n) {}
+  std::vector<Fold> folds;         // the partials that fold into a running state
+  std::vector<float> arg, weight;  // fold_all's buffers
+  explicit UnitScratch(int64_t n, int64_t D) : O(n * D), o(n * D), st(n), qs(n), parts(n), who(n) {}
 };
 
 // One unit: chunks in increasing order; in each, the partials of every row that sees it and every
@@ -198,34 +208,20 @@ void run_unit(const Step& s, const Unit& u, UnitScratch& x) {
     const det_attn_rows next = ch < u.c1 ? det_attn_rows{kc + (base + kChunk) * D, vc + (base + kChunk) * D}
                                          : det_attn_rows{nullptr, nullptr};
     det_attn_chunk({kc + base * D, vc + base * D}, D, s.scale, x.qs.data(), n, next);
-    // The span that starts a row's range folds as it goes (det_attn_combine_f32, its two exps for
-    // every query at once by the vector exp: one at a time, the scalar contract exp cost more
-    // than the chunk's fold); the others store their partials.
-    int64_t nf = 0;
+    // The span that starts a row's range folds as it goes; the others store their partials.
+    x.folds.clear();
     for (int64_t i = 0; i < n; ++i) {
       const int64_t b = u.r0 + x.who[i] / s.group, h = u.g * s.group + x.who[i] % s.group;
       const RowRange& w = s.rows[b];
       Partial& p = x.st[x.who[i]];
-      if (!u.whole && u.c0 != w.cf) {
+      if (!u.whole && u.c0 != w.cf)
         store(s.slot(b, h, ch), x.parts[i], x.qs[i].o, D);
-      } else if (ch == w.cf) {
+      else if (ch == w.cf)
         det_attn_combine_f32(&p.run, p.O, x.parts[i], x.qs[i].o, D, true);
-      } else {
-        const float M = x.parts[i].m > p.run.m ? x.parts[i].m : p.run.m;  // det_attn_merge_stats
-        x.arg[2 * nf] = det_sub_f32(p.run.m, M);
-        x.arg[2 * nf + 1] = det_sub_f32(x.parts[i].m, M);
-        x.fold[nf++] = i;
-      }
+      else
+        x.folds.push_back({&p.run, p.O, x.parts[i], x.qs[i].o});
     }
-    det_exp_sub(x.arg.data(), 0.0f, x.weight.data(), 2 * nf);  // exp(fl(t - 0)) = exp(t), bit for bit
-    for (int64_t f = 0; f < nf; ++f) {
-      const int64_t i = x.fold[f];
-      Partial& p = x.st[x.who[i]];
-      const det_attn_weights wt = {x.weight[2 * f], x.weight[2 * f + 1]};
-      p.run.l = det_add_f32(det_mul_f32(p.run.l, wt.a), det_mul_f32(x.parts[i].l, wt.b));
-      p.run.m = x.parts[i].m > p.run.m ? x.parts[i].m : p.run.m;
-      for (int64_t d = 0; d < D; ++d) p.O[d] = det_attn_merge_value(p.O[d], x.qs[i].o[d], wt);
-    }
+    fold_all(x.folds, D, x.arg, x.weight);
   }
   for (int64_t b = u.r0; b < u.r1; ++b) {
     const RowRange& w = s.rows[b];
@@ -243,35 +239,25 @@ void run_unit(const Step& s, const Unit& u, UnitScratch& x) {
 
 // The second pass of a cut row: for each query head, the first span's state, then each later
 // chunk's partial in order; the heads advance together, so each chunk's exps are one vector call.
-void fold_slots(const Step& s, int64_t b, std::vector<float>& O, std::vector<float>& arg, std::vector<float>& wt) {
+void fold_slots(const Step& s, int64_t b, UnitScratch& x) {
   const RowRange& w = s.rows[b];
   const int64_t D = s.D, H = s.n_heads, first_end = std::min(w.cf + s.span[b] - 1, w.cl);
-  O.resize(H * D);
-  arg.resize(2 * H);
-  wt.resize(2 * H);
+  x.O.resize(H * D);
   std::vector<det_attn_acc> run(H);
   for (int64_t h = 0; h < H; ++h) {
     const float* at = s.slot(b, h, first_end);
     run[h] = {at[0], at[1]};
-    memcpy(O.data() + h * D, at + 2, D * sizeof(float));
+    memcpy(x.O.data() + h * D, at + 2, D * sizeof(float));
   }
   for (int64_t ch = first_end + 1; ch <= w.cl; ++ch) {
-    for (int64_t h = 0; h < H; ++h) {  // det_attn_merge_stats's arguments
-      const float m = s.slot(b, h, ch)[0], M = m > run[h].m ? m : run[h].m;
-      arg[2 * h] = det_sub_f32(run[h].m, M);
-      arg[2 * h + 1] = det_sub_f32(m, M);
-    }
-    det_exp_sub(arg.data(), 0.0f, wt.data(), 2 * H);  // exp(fl(t - 0)) = exp(t), bit for bit
+    x.folds.clear();
     for (int64_t h = 0; h < H; ++h) {
       const float* part = s.slot(b, h, ch);
-      const det_attn_weights ab = {wt[2 * h], wt[2 * h + 1]};
-      run[h].l = det_add_f32(det_mul_f32(run[h].l, ab.a), det_mul_f32(part[1], ab.b));
-      run[h].m = part[0] > run[h].m ? part[0] : run[h].m;
-      float* o = O.data() + h * D;
-      for (int64_t d = 0; d < D; ++d) o[d] = det_attn_merge_value(o[d], part[2 + d], ab);
+      x.folds.push_back({&run[h], x.O.data() + h * D, {part[0], part[1]}, part + 2});
     }
+    fold_all(x.folds, D, x.arg, x.weight);
   }
-  for (int64_t h = 0; h < H; ++h) finish(run[h], O.data() + h * D, D, s.out + b * H * D + h * D);
+  for (int64_t h = 0; h < H; ++h) finish(run[h], x.O.data() + h * D, D, s.out + b * H * D + h * D);
 }
 
 }  // namespace
@@ -337,6 +323,6 @@ void det_cpu_attend(const det_llama_model* m, const det_llama_layer& L, int64_t 
     for (int64_t i = next++; i < n_units; i = next++) run_unit(s, units[i], x);
     if (n_folds == 0) return;
     det_parallel_barrier();  // every span's slots written
-    for (int64_t i = t; i < n_folds; i += nt) fold_slots(s, cut[i], x.O, x.arg, x.weight);
+    for (int64_t i = t; i < n_folds; i += nt) fold_slots(s, cut[i], x);
   });
 }

@@ -64,6 +64,31 @@ struct det_attn_query {
   det_attn_acc* part;  // out: the chunk's (m, l)
   float* o;            // out: (D,) the chunk's o
 };
+// §13.4 step 4's tree over a chunk's slot groups: group_o holds accumulator g's o (D floats) at
+// g * D for each group g < 16 with a slot among j0..j1; the others (+0 in every dimension, and
+// groups 16..31 always) are skipped, or copied into when the other side is empty. That changes at
+// most the sign of a zero, and the full tree, which adds +0 leaves, never gives -0; adding +0 once
+// at the end restores its bits (det_reduce.h). The result is group_o[0 .. D).
+inline void det_attn_group_tree(float* group_o, int64_t D, int64_t j0, int64_t j1) {
+  constexpr int64_t kGroups = DET_ATTN_CHUNK / DET_REDUCE_RUN;
+  bool live[kGroups];
+  for (int64_t g = 0; g < kGroups; ++g)
+    live[g] = (j0 > g * DET_REDUCE_RUN ? j0 : g * DET_REDUCE_RUN) <=
+              (j1 < g * DET_REDUCE_RUN + DET_REDUCE_RUN - 1 ? j1 : g * DET_REDUCE_RUN + DET_REDUCE_RUN - 1);
+  for (int64_t half = kGroups / 2; half >= 1; half /= 2)
+    for (int64_t g = 0; g < half; ++g) {
+      if (!live[g + half]) continue;
+      float* a = group_o + g * D;
+      const float* b = group_o + (g + half) * D;
+      if (live[g]) {
+        for (int64_t d = 0; d < D; ++d) a[d] = det_add_f32(a[d], b[d]);
+      } else {
+        for (int64_t d = 0; d < D; ++d) a[d] = b[d];
+        live[g] = true;
+      }
+    }
+  for (int64_t d = 0; d < D; ++d) group_o[d] = det_add_f32(group_o[d], 0.0f);
+}
 // A chunk's cached rows: slot j's key at k + j * D, its value at v + j * D.
 struct det_attn_rows {
   const float *k, *v;

@@ -223,28 +223,6 @@ DET_AVX512 void values(const float* v, int64_t D, int64_t d0, const Query* qs, i
   }
 }
 
-// The group tree (§9) of one query's o, skipping the groups that took no slot (+0 in every
-// dimension), then +0 once: the full tree's bits (det_reduce.h). The result is group_o[0 .. D).
-DET_AVX512 void group_tree(float* group_o, int64_t D, int j0, int j1) {
-  bool live[kGroups];
-  for (int g = 0; g < kGroups; ++g) live[g] = std::max(j0, g * DET_REDUCE_RUN) <= std::min(j1, g * DET_REDUCE_RUN + 7);
-  for (int half = kGroups / 2; half >= 1; half /= 2)
-    for (int g = 0; g < half; ++g) {
-      if (!live[g + half]) continue;
-      float* a = group_o + g * D;
-      const float* b = group_o + (g + half) * D;
-      if (live[g]) {
-        for (int64_t d = 0; d < D; d += 16)
-          _mm512_storeu_ps(a + d, _mm512_add_ps(_mm512_loadu_ps(a + d), _mm512_loadu_ps(b + d)));
-      } else {
-        memcpy(a, b, D * sizeof(float));
-        live[g] = true;
-      }
-    }
-  for (int64_t d = 0; d < D; d += 16)
-    _mm512_storeu_ps(group_o + d, _mm512_add_ps(_mm512_loadu_ps(group_o + d), _mm512_setzero_ps()));
-}
-
 struct Scratch {
   std::vector<float> kt, score, ex, group_o;
 };
@@ -288,7 +266,7 @@ DET_AVX512 void det_attn_chunk_avx512(const float* k, const float* v, int64_t D,
       }
     }
     for (int i = 0; i < n; ++i) {
-      group_tree(batch[i].group_o, D, batch[i].j0, batch[i].j1);
+      det_attn_group_tree(batch[i].group_o, D, batch[i].j0, batch[i].j1);
       memcpy(qs[q0 + i].o, batch[i].group_o, D * sizeof(float));
     }
   }
