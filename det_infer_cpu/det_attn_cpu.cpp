@@ -4,11 +4,11 @@
 // chunk, folded in increasing chunk order. This file decides only who computes what, and when:
 //  - A unit is (rows of one sequence, a KV head g, a span of chunks). It walks its chunks in order
 //    and hands each chunk, with every row and query head of g that sees it, to det_attn_chunk in
-//    one call: the AVX-512 kernel transposes the chunk's keys once for all of them and reads each
-//    V row once for up to four, where a walk per (row, head) did both per query (2026-12-05,
-//    SmolLM2-135M, one thread: attention at 4,000 positions 32.9 -> 23.9 ms a token; a 4,000-token
-//    prompt 59 -> 38 s). Below AVX-512, or when D % 16 != 0, chunk_partial runs the contract's
-//    loops one query at a time.
+//    one call: the AVX-512 kernel reads each key panel (docs/SPEC.md §13.8) once for all of them
+//    and each V row once for up to four, where a walk per (row, head) transposed the keys and read
+//    V per query (2026-12-05, SmolLM2-135M, one thread: attention at 4,000 positions 32.9 -> 23.9
+//    ms a token; a 4,000-token prompt 59 -> 38 s). Below AVX-512, or when D % 16 != 0,
+//    chunk_partial runs the contract's loops one query at a time.
 //  - A unit that holds its rows' whole visible range folds as it goes and writes the outputs.
 //    When there are too few units to keep the threads busy (a batch-1 decode has as many as KV
 //    heads), each row's range is cut into spans: the first span folds as it goes and keeps its
@@ -80,15 +80,19 @@ DET_CPU_CLONES det_attn_acc chunk_partial(const float* q, const float* kc, const
 
 void det_attn_chunk(det_attn_rows rows, int64_t D, float scale, const det_attn_query* qs, int64_t nq,
                     det_attn_rows next) {
-  const float* k = rows.k;
-  const float* v = rows.v;
 #if defined(__x86_64__)
-  if (det_cpu_isa() >= DET_ISA_AVX512 && D % 16 == 0) return det_attn_chunk_avx512(k, v, D, scale, qs, nq, next);
+  if (det_cpu_isa() >= DET_ISA_AVX512 && D % 16 == 0) return det_attn_chunk_avx512(rows, D, scale, qs, nq, next);
 #endif
-  thread_local std::vector<float> group_o;
+  // The loops read keys as rows: the visible ones are copied out of their panels first.
+  thread_local std::vector<float> group_o, k;
   group_o.resize(kGroups * D);
+  k.resize(kChunk * D);
+  int64_t u0 = kChunk, u1 = -1;
+  for (int64_t i = 0; i < nq; ++i) u0 = std::min(u0, qs[i].j0), u1 = std::max(u1, qs[i].j1);
+  for (int64_t j = u0; j <= u1; ++j)
+    for (int64_t d = 0; d < D; ++d) k[j * D + d] = rows.k[det_kv_key_at(rows.n, D, j, d)];
   for (int64_t i = 0; i < nq; ++i) {
-    *qs[i].part = chunk_partial(qs[i].q, k, v, D, qs[i].j0, qs[i].j1, scale, group_o.data());
+    *qs[i].part = chunk_partial(qs[i].q, k.data(), rows.v, D, qs[i].j0, qs[i].j1, scale, group_o.data());
     memcpy(qs[i].o, group_o.data(), D * sizeof(float));
   }
 }
@@ -132,6 +136,11 @@ struct Step {
     return slots + (slot0[b] + h * (w.cl - w.cf + 1) + (c - w.cf)) * (D + 2);
   }
 };
+
+// The chunk from position base on of a head whose keys and values start at kc and vc.
+det_attn_rows rows_of(const float* kc, const float* vc, int64_t capacity, int64_t base, int64_t D) {
+  return {kc + det_kv_key_at(capacity, D, base, 0), vc + det_kv_value_at(D, base, 0), std::min(kChunk, capacity - base)};
+}
 
 void store(float* at, det_attn_acc a, const float* o, int64_t D) {
   at[0] = a.m;
@@ -205,9 +214,8 @@ void run_unit(const Step& s, const Unit& u, UnitScratch& x) {
         x.qs[n] = {s.q + b * QD + (u.g * s.group + hh) * D, j0, j1, &x.parts[n], x.o.data() + n * D};
       }
     }
-    const det_attn_rows next = ch < u.c1 ? det_attn_rows{kc + (base + kChunk) * D, vc + (base + kChunk) * D}
-                                         : det_attn_rows{nullptr, nullptr};
-    det_attn_chunk({kc + base * D, vc + base * D}, D, s.scale, x.qs.data(), n, next);
+    const det_attn_rows next = ch < u.c1 ? rows_of(kc, vc, c->capacity, base + kChunk, D) : det_attn_rows{};
+    det_attn_chunk(rows_of(kc, vc, c->capacity, base, D), D, s.scale, x.qs.data(), n, next);
     // The span that starts a row's range folds as it goes; the others store their partials.
     x.folds.clear();
     for (int64_t i = 0; i < n; ++i) {

@@ -89,11 +89,15 @@ inline void det_attn_group_tree(float* group_o, int64_t D, int64_t j0, int64_t j
     }
   for (int64_t d = 0; d < D; ++d) group_o[d] = det_add_f32(group_o[d], 0.0f);
 }
-// A chunk's cached rows: slot j's key at k + j * D, its value at v + j * D.
+// A chunk's cached keys and values (docs/SPEC.md §13.8): slots 0 .. n - 1 lie in the cache (n is
+// 128, or less where the capacity ends inside the chunk). Keys in panels of 16 slots from k on,
+// slot j's element d at k + det_kv_key_at(n, D, j, d); values one row per slot, slot j's at v + j * D.
 struct det_attn_rows {
   const float *k, *v;
+  int64_t n;
 };
-// Steps 1-4 of §13.4 for each query over one chunk's rows; slots no query sees are not read. next
+// Steps 1-4 of §13.4 for each query over one chunk's rows; keys are read by whole panels, values
+// only where a query sees the slot (the rest of the cache may hold anything). next
 // (null pointers: none) is the chunk the caller takes next: its rows are requested into L2 while
 // this one computes (hints only: they are never read here).
 void det_attn_chunk(det_attn_rows rows, int64_t D, float scale, const det_attn_query* qs, int64_t nq,
@@ -126,7 +130,7 @@ void det_gemv_rows_tile_avx512(const det_matrix& W, int64_t K, const float* xp, 
 void det_attn_scores_avx2(const float* q, const float* k, int64_t stride, int64_t D, int64_t n, float scale,
                           float* out);
 // x86/det_attn_chunk_avx512.cpp: det_attn_chunk with AVX-512 (F, DQ); D % 16 == 0.
-void det_attn_chunk_avx512(const float* k, const float* v, int64_t D, float scale, const det_attn_query* qs,
+void det_attn_chunk_avx512(det_attn_rows rows, int64_t D, float scale, const det_attn_query* qs,
                            int64_t nq, det_attn_rows next);
 // AVX2 + FMA (x86/det_act_avx2.cpp)
 void det_silu_mul_avx2(const float* gate, const float* up, float* out, int64_t n);

@@ -193,10 +193,12 @@ void step_rope(const Rows& r, const det_step& s) {
     if (!own_kv) continue;
     rope_heads(r.w.k.data() + b * KVD, m->n_kv_heads, D, rope, sc);
     const det_kv_cache* c = r.caches[b];
+    const int64_t p = r.positions[b];
     for (int64_t g = 0; g < m->n_kv_heads; ++g) {
-      const int64_t at = det_kv_head_base(L, c->capacity, g) + r.positions[b] * D;
-      memcpy(c->k + at, r.w.k.data() + b * KVD + g * D, D * sizeof(float));
-      memcpy(c->v + at, r.w.v.data() + b * KVD + g * D, D * sizeof(float));
+      const int64_t head = det_kv_head_base(L, c->capacity, g);
+      const float* k = r.w.k.data() + b * KVD + g * D;
+      for (int64_t d = 0; d < D; ++d) c->k[head + det_kv_key_at(c->capacity, D, p, d)] = k[d];
+      memcpy(c->v + head + det_kv_value_at(D, p, 0), r.w.v.data() + b * KVD + g * D, D * sizeof(float));
     }
   }
 }

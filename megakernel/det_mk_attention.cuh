@@ -24,8 +24,9 @@ struct det_mk_attn_head {
   static constexpr int NH = DET_MK_HEAD_DIM_MAX / (8 * DET_WARP);
   bool lane_q[NH];
   float qv[NH][8];
-  const float* kc;  // position j's key at kc + j * D (det_kv_head_base)
-  const float* vc;
+  const float* kc;  // the head's keys and values (det_kv_head_base): position j's element d at
+  const float* vc;  // kc + det_kv_key_at(capacity, D, j, d) and vc + det_kv_value_at(D, j, d)
+  int64_t capacity;
   int64_t lo, p;    // the visible positions lo..p
 };
 
@@ -39,6 +40,7 @@ DET_DEV det_mk_attn_head det_mk_attn_head_of(const det_mk_ctx& c, int64_t l, int
   det_mk_attn_head a;
   a.kc = sq.k + det_kv_head_base(L, sq.capacity, g);
   a.vc = sq.v + det_kv_head_base(L, sq.capacity, g);
+  a.capacity = sq.capacity;
   a.lo = det_mk_attn_lo(L, p);
   a.p = p;
   for (int h = 0; h < det_mk_attn_head::NH; ++h) {
@@ -67,11 +69,13 @@ DET_DEV det_attn_acc det_mk_attn_chunk_stats(const det_mk_attn_head& a, const de
   for (int64_t jg = j0; jg <= j1; jg += 8) {
     float dot[8];  // the lane's accumulator of q . k for keys jg .. jg + 7
     for (int s = 0; s < 8; ++s) {
-      const float* kj = a.kc + (k.base + jg + s) * stride + 8 * lane;
+      const int64_t p = k.base + jg + s, w = det_kv_panel_width(a.capacity, p);  // element d at kj + d * w
+      const float* kj = a.kc + det_kv_key_at(a.capacity, stride, p, 8 * lane);
       dot[s] = 0.0f;
       for (int h = 0; h < det_mk_attn_head::NH; ++h)
         if (a.lane_q[h] && jg + s <= j1) {
-          for (int i = 0; i < 8; ++i) dot[s] = det_fma_f32(a.qv[h][i], det_ld(kj + 8 * DET_WARP * h + i), dot[s]);
+          for (int i = 0; i < 8; ++i)
+            dot[s] = det_fma_f32(a.qv[h][i], det_ld(kj + (8 * DET_WARP * h + i) * w), dot[s]);
           det_work_fma(8);
         }
     }
@@ -110,7 +114,7 @@ DET_DEV void det_mk_attn_chunk_values(const det_mk_attn_head& a, const det_mk_ch
     for (int i = 0; i < 8; ++i) {
       const int64_t j = 8 * lane + i;
       if (j < k.j0 || j > k.j1) continue;
-      const float* vj = a.vc + (k.base + j) * stride + d0;
+      const float* vj = a.vc + det_kv_value_at(stride, k.base + j, d0);
       const float ej = det_ld(ex + j);
       for (int s = 0; s < 8; ++s) ev_sum[s] = det_fma_f32(ej, det_ld(vj + s), ev_sum[s]);
       det_work_fma(8);

@@ -109,13 +109,13 @@ DET_DEV_NOINLINE void det_mk_phase_rope(const det_mk_ctx& c, int64_t l) {
   for (int64_t task = c.gwarp; task < t.n * per_row; task += c.nwarps) {
     const int64_t b = task / per_row, j = task % per_row;
     const det_mk_seq& sq = c.P->prog.seqs[t.seq[b]];
-    const int64_t base = t.pos[b] * D;  // this row's entry in a KV head's block
+    const int64_t pos = t.pos[b];
     if (j >= m.n_heads + m.n_kv_heads) {
       const int64_t h = j - m.n_heads - m.n_kv_heads;
       float* vec = ws.v + b * KVD + h * D;
       if (L.v_norm) det_mk_warp_rmsnorm(vec, D, L.v_norm, m.rms_eps);
-      const int64_t at = det_kv_head_base(L, sq.capacity, h) + base;
-      for (int64_t d = lane; d < D; d += DET_WARP) sq.v[at + d] = det_ld(vec + d);
+      const int64_t at = det_kv_head_base(L, sq.capacity, h);
+      for (int64_t d = lane; d < D; d += DET_WARP) sq.v[at + det_kv_value_at(D, pos, d)] = det_ld(vec + d);
       continue;
     }
     const bool is_q = j < m.n_heads;
@@ -128,8 +128,8 @@ DET_DEV_NOINLINE void det_mk_phase_rope(const det_mk_ctx& c, int64_t l) {
       det_rope_rotate_f32(&vec[i], &vec[i + rope.half], det_sincos_f32{det_ld(sc + 2 * i), det_ld(sc + 2 * i + 1)});
     det_sync_warp();
     if (is_q) continue;
-    const int64_t at = det_kv_head_base(L, sq.capacity, h) + base;
-    for (int64_t d = lane; d < D; d += DET_WARP) sq.k[at + d] = det_ld(vec + d);
+    const int64_t at = det_kv_head_base(L, sq.capacity, h);
+    for (int64_t d = lane; d < D; d += DET_WARP) sq.k[at + det_kv_key_at(sq.capacity, D, pos, d)] = det_ld(vec + d);
   }
 }
 

@@ -85,20 +85,42 @@ struct det_llama_model {
 
 // One sequence's cache: k and v are capacity * kv_row fp32 each, laid out by layer, then KV head,
 // then position (docs/SPEC.md §13.8): a storing layer's block of (kv_heads, capacity, head_dim)
-// starts at kv_offset * capacity, so one head's keys at consecutive positions are head_dim floats
-// apart (a walk over the context streams through memory; a position-major layout put them kv_row
-// floats apart, a page per position on a large model).
+// starts at kv_offset * capacity, so one head's keys (and values) at consecutive positions lie
+// together (a walk over the context streams through memory; a position-major layout put them
+// kv_row floats apart, a page per position on a large model).
 struct det_kv_cache {
   float* k;
   float* v;
   int64_t capacity;
 };
 
-// Where KV head g of layer L starts in a cache of `capacity` positions; position p's entry is
-// head_dim floats further per position.
+// Where KV head g of layer L starts in a cache of `capacity` positions.
 DET_HD int64_t det_kv_head_base(const det_llama_layer& L, int64_t capacity, int64_t g) {
   return (L.kv_offset + g * L.head_dim) * capacity;
 }
+
+// Positions per key panel. A head's keys are stored in panels of 16 consecutive positions, element
+// by element: element d of the panel's 16 keys are 16 adjacent floats. A CPU vector of 16 lanes
+// then holds one element of 16 keys, which is what the scores (one key per lane) consume: keys
+// stored row by row were transposed 16 x 16 on every step, for every chunk of the context (12% of
+// a SmolLM2 decode step at 1,000 positions, 2026-12-05). Chunks (128) are whole panels.
+#define DET_KV_PANEL 16
+
+// Element d of the key at position p, from its head's start (det_kv_head_base); D the head size.
+// The panel of positions p0 .. p0 + 15 takes 16 D floats from p0 * D on; when the capacity ends
+// inside it, it is as wide as the positions that remain (its width w < 16), so a cache takes
+// capacity * D floats per head whatever its capacity. Element d is d * w floats after element 0.
+DET_HD int64_t det_kv_panel_width(int64_t capacity, int64_t p) {
+  const int64_t p0 = p - p % DET_KV_PANEL;
+  return capacity - p0 < DET_KV_PANEL ? capacity - p0 : DET_KV_PANEL;
+}
+DET_HD int64_t det_kv_key_at(int64_t capacity, int64_t D, int64_t p, int64_t d) {
+  const int64_t p0 = p - p % DET_KV_PANEL;
+  return p0 * D + d * det_kv_panel_width(capacity, p) + (p - p0);
+}
+
+// Element d of the value at position p, from its head's start: values stay one row per position.
+DET_HD int64_t det_kv_value_at(int64_t D, int64_t p, int64_t d) { return p * D + d; }
 
 // Errors (returned as negative codes; the Python layer validates first and maps them to text).
 enum {

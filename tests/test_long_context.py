@@ -2,8 +2,8 @@
 far end of an 8,192-position context one prefill, token by token and splits at random points and at
 chunk boundaries give the same bits; a sequence batched with co-prompts of very different lengths
 gives its bits alone; a 1,500-token generation is pinned on the CPU engine and the emulated
-megakernel; and near the 1M rope bound (positions 999,990..999,999, rope angles near 10^6 radians)
-the logits match transformers in float64."""
+megakernel; near the 1M rope bound (positions 999,990..999,999, rope angles near 10^6 radians)
+the logits match transformers in float64; and both executors lay the cache out as SPEC §13.8 says."""
 import random
 
 import hf_reference
@@ -124,3 +124,45 @@ def test_near_the_1m_rope_bound_matches_float64(di, tiny):
         mm.decode_step(ids[0], 1_000_000, state)
     with pytest.raises(ValueError, match="exceed max_context 1000000"):
         mm.new_state(1_000_001)
+
+
+def _spec_cache(cache, capacity, layers, kv_heads, D, length):
+    """(layers, kv_heads, length, D) keys and values read from a state's cache by docs/SPEC.md §13.8
+    (written here from the text): head g of layer l starts at (l * kv_heads + g) * D * capacity;
+    values are rows; keys lie in panels of 16 positions, element d of position p at
+    p0 * D + d * min(16, capacity - p0) + p - p0."""
+    k, v = cache[0].reshape(-1), cache[1].reshape(-1)
+    keys, values = torch.empty(layers, kv_heads, length, D), torch.empty(layers, kv_heads, length, D)
+    for l in range(layers):
+        for g in range(kv_heads):
+            head = (l * kv_heads + g) * D * capacity
+            for p in range(length):
+                p0 = p - p % 16
+                w = min(16, capacity - p0)
+                keys[l, g, p] = k[head + p0 * D + torch.arange(D) * w + (p - p0)]
+                values[l, g, p] = v[head + p * D: head + (p + 1) * D]
+    return keys, values
+
+
+def test_cache_layout_is_the_spec(di, tiny):
+    """Both executors store K and V where §13.8 says: a cache whose capacity ends inside a key panel
+    (45 = 2 x 16 + 13 positions, all filled), read back by the SPEC's formula, holds transformers'
+    float64 keys (after rope) and values; and the engine's and the emulated megakernel's caches are
+    the same bits."""
+    capacity, ids = 45, synthetic.token_sequence(45, 300, 9)
+    L, G, D = TINY["num_hidden_layers"], TINY["num_key_value_heads"], TINY["head_dim"]
+    caches = []
+    for executor in ("engine", "emulated"):
+        mm = di.MegaModel.from_pretrained(tiny, max_context=64, executor=executor)
+        state = mm.new_state(capacity)
+        mm.prefill(ids, state)
+        caches.append(state.cache.clone())
+    assert torch.equal(_bits(caches[0]), _bits(caches[1]))
+    keys, values = _spec_cache(caches[0], capacity, L, G, D, capacity)
+    ref = hf_reference.load_float64(tiny, mm._inv_freq)
+    with torch.no_grad():
+        past = ref(torch.tensor([ids]), use_cache=True).past_key_values
+    for l in range(L):
+        want_k, want_v = past.layers[l].keys[0], past.layers[l].values[0]  # (kv_heads, positions, D)
+        assert (keys[l].double() - want_k).abs().max() < 1e-5 * (1 + want_k.abs().max()), l
+        assert (values[l].double() - want_v).abs().max() < 1e-5 * (1 + want_v.abs().max()), l

@@ -204,8 +204,12 @@ void attn_chunk_engine(torch::Tensor& stats, torch::Tensor& o, const torch::Tens
                       "det-infer: attn_chunk_engine's ranges must satisfy 0 <= j0 <= j1 < n");
     qs[i] = {q.data_ptr<float>() + i * D, r[2 * i], r[2 * i + 1], &parts[i], o.data_ptr<float>() + i * D};
   }
+  // k's rows into the cache's key panels (docs/SPEC.md §13.8) of a cache that ends after slot n - 1.
+  std::vector<float> panels(n * D);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t d = 0; d < D; ++d) panels[det_kv_key_at(n, D, j, d)] = k.data_ptr<float>()[j * D + d];
   det_fpenv_guard env;
-  det_attn_chunk({k.data_ptr<float>(), v.data_ptr<float>()}, D, (float)scale, qs.data(), nq, {nullptr, nullptr});
+  det_attn_chunk({panels.data(), v.data_ptr<float>(), n}, D, (float)scale, qs.data(), nq, {});
   for (int64_t i = 0; i < nq; ++i) {
     stats.data_ptr<float>()[2 * i] = parts[i].m;
     stats.data_ptr<float>()[2 * i + 1] = parts[i].l;

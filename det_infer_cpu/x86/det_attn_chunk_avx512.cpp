@@ -5,11 +5,13 @@
 // Where the time went before (perf, 2026-12-05): per (key, query head) each query transposed its
 // keys 8 x 8 to put one key in each lane (about 50 cycles), and the V sum kept o in memory, so
 // every slot waited on the last one's store. Here:
-//  - the chunk's keys are transposed once, 16 x 16 at a time, into a D x 16 panel per 16-key block;
-//    every query then runs the canonical dot with one key per lane: accumulator l takes dims
+//  - the cache holds keys in D x 16 panels per 16 positions (docs/SPEC.md §13.8), so every query
+//    runs the canonical dot with one key per lane straight from them: accumulator l takes dims
 //    8l .. 8l + 7 (and 256 + 8l .. when D > 256) in order, an fma with q's element broadcast, then
-//    the tree. That is det_attn_scores' arithmetic lane for lane, without a transpose per query;
-//    the panels are scored block by block, two queries per pass sharing each panel load.
+//    the tree. That is det_attn_scores' arithmetic lane for lane, without a transpose; the panels
+//    are scored block by block, two queries per pass sharing each panel load. (Keys stored as rows
+//    were transposed 16 x 16 here, on every step, for every chunk: 12% of a decode step at 1,000
+//    positions.)
 //  - o's accumulators live in registers: a slot group (8 slots) is an fma chain per dimension, 64
 //    dimensions of up to kQ queries at a time, each V row read once for all of them.
 // Only the order of independent work changes; every value is computed by the same operations in
@@ -32,57 +34,23 @@ constexpr int kGroups = kChunk / DET_REDUCE_RUN;   // slot groups: accumulators 
 constexpr int kQ = 4;                              // queries sharing one pass over V
 constexpr int kDBlock = 64;                        // dimensions of o in registers per pass
 // Cached rows come from memory (a head's K and V are 2 x 32 KB a chunk at D = 64). While a chunk
-// computes, the next one's rows are requested into L2 a few lines per step (its keys during the
-// transpose, its values during the V pass): asked for all at once, they filled the miss queues and
-// stalled the requests themselves (perf, 2026-12-05).
+// computes, the next one's K and V are requested into L2 a few lines per step of the V pass:
+// asked for all at once, they filled the miss queues and stalled the requests themselves (perf,
+// 2026-12-05).
 
-// Transposes 16 rows of 16 floats in place: r[c] becomes column c.
-DET_AVX512 inline void transpose16(__m512 r[16]) {
-  __m512 t[16], u[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  // Per 4 rows 4k .. 4k + 3: u[4k + c] holds columns c, c + 4, c + 8, c + 12 in its four 128-bit lanes.
-  for (int k = 0; k < 16; k += 4) {
-    const __m512d t0 = _mm512_castps_pd(t[k]), t1 = _mm512_castps_pd(t[k + 1]);
-    const __m512d t2 = _mm512_castps_pd(t[k + 2]), t3 = _mm512_castps_pd(t[k + 3]);
-    u[k] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
-    u[k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
-    u[k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
-    u[k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
-  }
-  for (int c = 0; c < 4; ++c) {
-    // Rows 0-7 and 8-15: (col c, col c + 8) and (col c + 4, col c + 12) of each 4-row group.
-    const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], _MM_SHUFFLE(2, 0, 2, 0));
-    const __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], _MM_SHUFFLE(3, 1, 3, 1));
-    const __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(2, 0, 2, 0));
-    const __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(3, 1, 3, 1));
-    r[c] = _mm512_shuffle_f32x4(v0, w0, _MM_SHUFFLE(2, 0, 2, 0));
-    r[c + 8] = _mm512_shuffle_f32x4(v0, w0, _MM_SHUFFLE(3, 1, 3, 1));
-    r[c + 4] = _mm512_shuffle_f32x4(v1, w1, _MM_SHUFFLE(2, 0, 2, 0));
-    r[c + 12] = _mm512_shuffle_f32x4(v1, w1, _MM_SHUFFLE(3, 1, 3, 1));
-  }
-}
-
-// kt[(j / 16) * 16 D + 16 d + j % 16] = key j's element d: each 16-key block's D x 16 panel is
-// contiguous (4 KB at D = 64, in L1 while every query scores it). Only the blocks that hold slots
-// u0..u1; their keys outside u0..u1 are not read (masked loads: they may lie past the cache) and
-// come out 0.
-DET_AVX512 void transpose_keys(const float* k, int64_t D, int u0, int u1, float* kt, const float* next_k) {
-  for (int b = u0 / kKeys * kKeys; b <= u1; b += kKeys) {
-    __mmask16 live[kKeys];
-    for (int t = 0; t < kKeys; ++t) live[t] = b + t >= u0 && b + t <= u1 ? 0xFFFF : 0;
-    const float* rows = k + b * D;
-    for (int64_t d0 = 0; d0 < D; d0 += kKeys) {
-      __m512 r[16];
-      if (next_k)  // the same piece of the next chunk's keys: all of them by the last block
-        for (int t = 0; t < kKeys; ++t) _mm_prefetch((const char*)(next_k + (b + t) * D + d0), _MM_HINT_T1);
-      for (int t = 0; t < kKeys; ++t) r[t] = _mm512_maskz_loadu_ps(live[t], rows + t * D + d0);
-      transpose16(r);
-      for (int c = 0; c < kKeys; ++c) _mm512_storeu_ps(kt + b * D + (d0 + c) * kKeys, r[c]);
-    }
-  }
+// The chunk's key panels that hold slots u0..u1, kt[(j / 16) * 16 D + 16 d + j % 16] = slot j's
+// element d: the cache itself (§13.8 stores keys so), unless the capacity ends inside one of them;
+// then they are copied into buf, the narrow panel widened to 16 with zeros.
+DET_AVX512 const float* panels(const det_attn_rows& rows, int64_t D, int u0, int u1, std::vector<float>& buf) {
+  const int last = u1 / kKeys * kKeys;
+  if (last + kKeys <= rows.n) return rows.k;
+  buf.resize(kChunk * D);
+  for (int b = u0 / kKeys * kKeys; b < last; b += kKeys)
+    memcpy(buf.data() + b * D, rows.k + b * D, kKeys * D * sizeof(float));
+  const int64_t w = rows.n - last;
+  for (int64_t d = 0; d < D; ++d)
+    for (int t = 0; t < kKeys; ++t) buf[last * D + d * kKeys + t] = t < w ? rows.k[last * D + d * w + t] : 0.0f;
+  return buf.data();
 }
 
 // score[0..16) of kN queries for one 16-key block (its panel kt): kLive accumulators per query
@@ -196,7 +164,7 @@ struct Query {
 // group_o[g] = the fma chain over group g's visible slots (§13.4 step 4), for n <= kQ queries,
 // kDBlock dimensions at a time; a group a query does not see is left alone.
 template <int kVec>
-DET_AVX512 void values(const float* v, int64_t D, int64_t d0, const Query* qs, int n, const float* next_v) {
+DET_AVX512 void values(const float* v, int64_t D, int64_t d0, const Query* qs, int n, const det_attn_rows& next) {
   for (int g = 0; g < kGroups; ++g) {
     const int s0 = g * DET_REDUCE_RUN, s1 = s0 + DET_REDUCE_RUN - 1;
     int a = s1 + 1, z = s0 - 1;
@@ -206,8 +174,11 @@ DET_AVX512 void values(const float* v, int64_t D, int64_t d0, const Query* qs, i
     for (int i = 0; i < kQ; ++i)
       for (int c = 0; c < kVec; ++c) acc[i][c] = _mm512_setzero_ps();
     for (int j = a; j <= z; ++j) {
-      if (next_v)  // the same piece of the next chunk's values
-        for (int c = 0; c < kVec; ++c) _mm_prefetch((const char*)(next_v + j * D + d0 + 16 * c), _MM_HINT_T1);
+      if (next.v)  // the same piece of the next chunk's values and keys (as many floats, in its panels)
+        for (int c = 0; c < kVec; ++c) {
+          _mm_prefetch((const char*)(next.v + j * D + d0 + 16 * c), _MM_HINT_T1);
+          _mm_prefetch((const char*)(next.k + j * D + d0 + 16 * c), _MM_HINT_T1);
+        }
       __m512 row[kVec];
       for (int c = 0; c < kVec; ++c) row[c] = _mm512_loadu_ps(v + j * D + d0 + 16 * c);
       for (int i = 0; i < kQ; ++i) {
@@ -229,18 +200,16 @@ struct Scratch {
 
 }  // namespace
 
-DET_AVX512 void det_attn_chunk_avx512(const float* k, const float* v, int64_t D, float scale,
-                                      const det_attn_query* qs, int64_t nq, det_attn_rows next) {
+DET_AVX512 void det_attn_chunk_avx512(det_attn_rows rows, int64_t D, float scale, const det_attn_query* qs,
+                                      int64_t nq, det_attn_rows next) {
   thread_local Scratch s;
   int u0 = kChunk, u1 = -1;
   for (int64_t i = 0; i < nq; ++i) u0 = std::min<int>(u0, (int)qs[i].j0), u1 = std::max<int>(u1, (int)qs[i].j1);
   if (u0 > u1) return;
-  s.kt.resize(D * kChunk);
   s.score.resize(nq * kChunk);
   s.ex.resize(nq * kChunk);
   s.group_o.resize(kQ * kGroups * D);
-  transpose_keys(k, D, u0, u1, s.kt.data(), next.k);
-  scores_of(qs, nq, s.kt.data(), D, u0, u1, scale, s.score.data());
+  scores_of(qs, nq, panels(rows, D, u0, u1, s.kt), D, u0, u1, scale, s.score.data());
   for (int64_t i = 0; i < nq; ++i) {
     const int j0 = (int)qs[i].j0, j1 = (int)qs[i].j1;
     const float* score = s.score.data() + i * kChunk;
@@ -256,13 +225,13 @@ DET_AVX512 void det_attn_chunk_avx512(const float* k, const float* v, int64_t D,
     for (int i = 0; i < n; ++i)
       batch[i] = {(int)qs[q0 + i].j0, (int)qs[q0 + i].j1, s.ex.data() + (q0 + i) * kChunk,
                   s.group_o.data() + i * kGroups * D};
+    const det_attn_rows ahead = q0 == 0 ? next : det_attn_rows{};
     for (int64_t d0 = 0; d0 < D; d0 += kDBlock) {
-      const float* next_v = q0 == 0 ? next.v : nullptr;
       switch (std::min<int64_t>(kDBlock, D - d0) / 16) {
-        case 1: values<1>(v, D, d0, batch, n, next_v); break;
-        case 2: values<2>(v, D, d0, batch, n, next_v); break;
-        case 3: values<3>(v, D, d0, batch, n, next_v); break;
-        default: values<4>(v, D, d0, batch, n, next_v); break;
+        case 1: values<1>(rows.v, D, d0, batch, n, ahead); break;
+        case 2: values<2>(rows.v, D, d0, batch, n, ahead); break;
+        case 3: values<3>(rows.v, D, d0, batch, n, ahead); break;
+        default: values<4>(rows.v, D, d0, batch, n, ahead); break;
       }
     }
     for (int i = 0; i < n; ++i) {

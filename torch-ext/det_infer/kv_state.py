@@ -11,8 +11,8 @@ class KVState:
     """One sequence's KV cache: a (2, capacity, floats per position) fp32 tensor, the keys then the
     values of every layer that computes its own, and the number of positions filled so far
     (positions 0 .. length-1 hold valid keys and values). Only its size follows that shape: the
-    memory runs by layer, KV head, then position (docs/SPEC.md §13.8), so that one head's keys lie
-    together."""
+    memory runs by layer, KV head, then position, keys in panels of 16 positions (docs/SPEC.md
+    §13.8), so that one head's keys lie together."""
 
     def __init__(self, cfg: ModelConfig, capacity: int, device="cpu"):
         need = capacity * cfg.kv_bytes_per_position()
