@@ -175,6 +175,15 @@ DET_INL vf x2_ldexp(v2 m, vi k) {
 }
 
 DET_INL vf exp_pack(vf x) {
+  // Every lane in (-87, 88) (NaN fails both comparisons): the result is normal (e^-87 > 1.4 *
+  // 2^-126) and k in [-126, 127], so det_f32x2_ldexp_f32 takes its first path and its scaling is
+  // one exact multiply: the same bits as the general path below in about a third fewer operations.
+  // Attention's exps (fl(s - max), never above 0) are mostly here.
+  if (all(and_(gt(x, set(-87.0f)), lt(x, set(88.0f))))) {
+    vi k;
+    const v2 m = exp_reduce({x, zero()}, &k);
+    return mul(add(m.hi, m.lo), pow2(k));
+  }
   const vf xc = max_(min_(x, set(89.0f)), set(-104.0f));  // garbage-free lanes
   vi k;
   v2 m = exp_reduce({xc, zero()}, &k);
