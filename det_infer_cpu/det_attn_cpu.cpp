@@ -129,6 +129,8 @@ struct Step {
   std::vector<int64_t> span;  // per row: chunks per span (its whole range when not cut)
   std::vector<int64_t> slot0;  // per cut row: its first partial slot (slots are (D + 2) floats)
   float* slots = nullptr;
+  const std::vector<Unit>* units = nullptr;         // every unit, and the index of the next one a
+  const std::atomic<int64_t>* next_unit = nullptr;  // thread will take (units are dealt in order)
 
   // The slot of (row b, query head h, chunk c): m, l, then o.
   float* slot(int64_t b, int64_t h, int64_t c) const {
@@ -194,6 +196,17 @@ struct UnitScratch {
   explicit UnitScratch(int64_t n, int64_t D) : O(n * D), o(n * D), st(n), qs(n), parts(n), who(n) {}
 };
 
+// The first chunk of the unit the next free thread will take (often this one), or none: its rows
+// are requested while this unit's last chunk computes, so that a unit rarely starts cold.
+det_attn_rows first_of_next(const Step& s) {
+  const int64_t i = s.next_unit->load(std::memory_order_relaxed);
+  if (i >= (int64_t)s.units->size()) return {};
+  const Unit& u = (*s.units)[i];
+  const det_kv_cache* c = s.caches[u.r0];
+  const int64_t head = det_kv_head_base(*s.L, c->capacity, u.g);
+  return rows_of(c->k + head, c->v + head, c->capacity, u.c0 * kChunk, s.D);
+}
+
 // One unit: chunks in increasing order; in each, the partials of every row that sees it and every
 // query head of g in one det_attn_chunk call (they share its K and V), then each one folded or stored.
 void run_unit(const Step& s, const Unit& u, UnitScratch& x) {
@@ -214,7 +227,7 @@ void run_unit(const Step& s, const Unit& u, UnitScratch& x) {
         x.qs[n] = {s.q + b * QD + (u.g * s.group + hh) * D, j0, j1, &x.parts[n], x.o.data() + n * D};
       }
     }
-    const det_attn_rows next = ch < u.c1 ? rows_of(kc, vc, c->capacity, base + kChunk, D) : det_attn_rows{};
+    const det_attn_rows next = ch < u.c1 ? rows_of(kc, vc, c->capacity, base + kChunk, D) : first_of_next(s);
     det_attn_chunk(rows_of(kc, vc, c->capacity, base, D), D, s.scale, x.qs.data(), n, next);
     // The span that starts a row's range folds as it goes; the others store their partials.
     x.folds.clear();
@@ -326,6 +339,8 @@ void det_cpu_attend(const det_llama_model* m, const det_llama_layer& L, int64_t 
     if (s.span[b] > 0 && s.span[b] <= s.rows[b].cl - s.rows[b].cf) cut.push_back(b);
   const int64_t n_units = (int64_t)units.size(), n_folds = (int64_t)cut.size();
   std::atomic<int64_t> next{0};  // units are taken as threads free up: their costs differ
+  s.units = &units;
+  s.next_unit = &next;
   det_parallel_team([&](int64_t t, int64_t nt) {
     UnitScratch x(kRowsPerUnit * s.group, s.D);
     for (int64_t i = next++; i < n_units; i = next++) run_unit(s, units[i], x);
