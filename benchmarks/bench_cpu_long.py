@@ -7,8 +7,11 @@ checkpoint (config.json only; the weights are linked) so that positions past it 
 Decode at position P: a state whose first P positions hold seeded random K and V (decode's cost does
 not depend on the values; a real prefill to 32,768 positions would take about ten minutes here), then
 `decode_step` medians of --rounds x --reps steps, the positions taken in turn each round. Prefill: a
-real `prefill` of --prefill tokens into a fresh state. llama.cpp (benchmarks/build_llamacpp.sh's fp32-fma build, if built): `llama-bench -p 0 -n 32
--d P` at each position up to --llamacpp-max, and `-p PREFILL -n 0`, right after, same threads.
+real `prefill` of --prefill tokens into a fresh state. llama.cpp (benchmarks/build_llamacpp.sh's
+fp32-fma build, if built): `llama-bench -p 0 -n 32 -d P` at each position up to --llamacpp-max, and
+`-p PREFILL -n 0`, same threads, once before det-infer's runs and once after; its figures are the
+mean of the two, so that a slow spell of this shared host during one side does not decide a ratio
+(both runs are printed).
 
     .venv/bin/python benchmarks/bench_cpu_long.py [--positions 50,1008,4000,32768] [--prefill 4000]
         [--reps 10] [--rounds 3] [--threads 2] [--svg docs/long_context.svg]
@@ -126,6 +129,8 @@ def main():
     cfg = mm.config
     vocab = cfg.vocab_size
     kv_width = cfg.num_key_value_heads * cfg.head_dim
+    llama_depths = [p for p in positions if p <= args.llamacpp_max]
+    peer_before = llamacpp(args, llama_depths)
     warm = mm.new_state(64)
     mm.prefill([3 + i for i in range(32)], warm)
     base_rss = rss_mb()
@@ -158,8 +163,13 @@ def main():
         t = time.perf_counter()
         mm.prefill(ids, st)
         prefill_tps = args.prefill / (time.perf_counter() - t)
-    peer = llamacpp(args, [p for p in positions if p <= args.llamacpp_max])
-    print("| position | det-infer decode ms | tok/s | llama.cpp fp32-fma tok/s | ratio | KV MiB: state / formula |")
+    peer_after = llamacpp(args, llama_depths)
+    peer = {key: (peer_before[key] + peer_after[key]) / 2 for key in peer_before if key in peer_after}
+    if peer:
+        print("llama.cpp before / after det-infer: " + "; ".join(
+            f"{kind} {depth:,}: {peer_before[(kind, depth)]:.1f} / {peer_after[(kind, depth)]:.1f}"
+            for kind, depth in sorted(peer)))
+    print("| position | det-infer decode ms | tok/s | llama.cpp fp32-fma tok/s (before, after: mean) | ratio | KV MiB: state / formula |")
     print("|---|---|---|---|---|---|")
     for pos, ms, measured, formula in rows:
         lc = peer.get(("decode", pos))
