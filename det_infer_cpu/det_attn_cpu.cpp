@@ -29,6 +29,7 @@
 namespace {
 
 constexpr int64_t kChunk = DET_ATTN_CHUNK;
+static_assert(kChunk % DET_KV_PANEL == 0, "a chunk's keys start a panel (rows_of, det_attn_rows)");
 constexpr int64_t kGroups = kChunk / DET_REDUCE_RUN;  // slot groups of a chunk (docs/SPEC.md §9)
 constexpr int64_t kPrefetchSlots = 8;  // the V loop asks for the cached row this many slots ahead
 constexpr int64_t kVBlock = 64;  // dimensions of o a slot group accumulates in registers at a time

@@ -30,6 +30,7 @@ namespace {
 
 constexpr int kChunk = DET_ATTN_CHUNK;
 constexpr int kKeys = 16;                          // keys per vector
+static_assert(kKeys == DET_KV_PANEL, "a vector of keys is one element of a cache panel (SPEC §13.8)");
 constexpr int kGroups = kChunk / DET_REDUCE_RUN;   // slot groups: accumulators 0..15 of o and l
 constexpr int kQ = 4;                              // queries sharing one pass over V
 constexpr int kDBlock = 64;                        // dimensions of o in registers per pass
