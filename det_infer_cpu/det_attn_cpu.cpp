@@ -29,7 +29,7 @@
 namespace {
 
 constexpr int64_t kChunk = DET_ATTN_CHUNK;
-static_assert(kChunk % DET_KV_PANEL == 0, "a chunk's keys start a panel (rows_of, det_attn_rows)");
+static_assert(kChunk % DET_KV_PANEL == 0, "a chunk's keys start a panel (chunk_rows, det_attn_rows)");
 constexpr int64_t kGroups = kChunk / DET_REDUCE_RUN;  // slot groups of a chunk (docs/SPEC.md §9)
 constexpr int64_t kPrefetchSlots = 8;  // the V loop asks for the cached row this many slots ahead
 constexpr int64_t kVBlock = 64;  // dimensions of o a slot group accumulates in registers at a time
@@ -140,9 +140,12 @@ struct Step {
   }
 };
 
-// The chunk from position base on of a head whose keys and values start at kc and vc.
-det_attn_rows rows_of(const float* kc, const float* vc, int64_t capacity, int64_t base, int64_t D) {
-  return {kc + det_kv_key_at(capacity, D, base, 0), vc + det_kv_value_at(D, base, 0), std::min(kChunk, capacity - base)};
+// Chunk ch of unit u's KV head in its sequence's cache.
+det_attn_rows chunk_rows(const Step& s, const Unit& u, int64_t ch) {
+  const det_kv_cache* c = s.caches[u.r0];
+  const int64_t head = det_kv_head_base(*s.L, c->capacity, u.g), base = ch * kChunk;
+  return {c->k + head + det_kv_key_at(c->capacity, s.D, base, 0), c->v + head + det_kv_value_at(s.D, base, 0),
+          std::min(kChunk, c->capacity - base)};
 }
 
 void store(float* at, det_attn_acc a, const float* o, int64_t D) {
@@ -203,18 +206,13 @@ det_attn_rows first_of_next(const Step& s) {
   const int64_t i = s.next_unit->load(std::memory_order_relaxed);
   if (i >= (int64_t)s.units->size()) return {};
   const Unit& u = (*s.units)[i];
-  const det_kv_cache* c = s.caches[u.r0];
-  const int64_t head = det_kv_head_base(*s.L, c->capacity, u.g);
-  return rows_of(c->k + head, c->v + head, c->capacity, u.c0 * kChunk, s.D);
+  return chunk_rows(s, u, u.c0);
 }
 
 // One unit: chunks in increasing order; in each, the partials of every row that sees it and every
 // query head of g in one det_attn_chunk call (they share its K and V), then each one folded or stored.
 void run_unit(const Step& s, const Unit& u, UnitScratch& x) {
-  const det_kv_cache* c = s.caches[u.r0];
-  const int64_t head = det_kv_head_base(*s.L, c->capacity, u.g), D = s.D, QD = s.n_heads * D;
-  const float* kc = c->k + head;
-  const float* vc = c->v + head;
+  const int64_t D = s.D, QD = s.n_heads * D;
   for (int64_t i = 0; i < (u.r1 - u.r0) * s.group; ++i) x.st[i] = {{0.0f, 0.0f}, x.O.data() + i * D};
   for (int64_t ch = u.c0; ch <= u.c1; ++ch) {
     const int64_t base = ch * kChunk;
@@ -228,8 +226,8 @@ void run_unit(const Step& s, const Unit& u, UnitScratch& x) {
         x.qs[n] = {s.q + b * QD + (u.g * s.group + hh) * D, j0, j1, &x.parts[n], x.o.data() + n * D};
       }
     }
-    const det_attn_rows next = ch < u.c1 ? rows_of(kc, vc, c->capacity, base + kChunk, D) : first_of_next(s);
-    det_attn_chunk(rows_of(kc, vc, c->capacity, base, D), D, s.scale, x.qs.data(), n, next);
+    const det_attn_rows next = ch < u.c1 ? chunk_rows(s, u, ch + 1) : first_of_next(s);
+    det_attn_chunk(chunk_rows(s, u, ch), D, s.scale, x.qs.data(), n, next);
     // The span that starts a row's range folds as it goes; the others store their partials.
     x.folds.clear();
     for (int64_t i = 0; i < n; ++i) {
