@@ -306,8 +306,10 @@ WHATIF = (
     # (name, what changes: a geometry, constants set or scaled) — each a GPU issue's change
     ("today", "the design measured 2026-12-04", {}),
     ("split attention (issue 48, as landed)", "geometry attn 32: (row, query head, chunk) units over every warp, "
-     "a fold per (row, query head) past one chunk; each unit still loads one key at a time", {"geometry": {"attn": 32}}),
-    ("+ streamed keys (issue 48)", "and each unit keeps 8 keys in flight: a slot at 1/8 of today's time",
+     "a fold per (row, query head) past one chunk, at the per-slot cost fitted to attn 0 (the first slice's units "
+     "loaded one key at a time)", {"geometry": {"attn": 32}}),
+    ("+ streamed keys (issue 48)", "and units that stream their keys (since 2026-12-05: 16-byte panel loads for the "
+     "query heads of a KV head, trees in registers): a slot at 1/8 of today's time, an estimate",
      {"geometry": {"attn": 32}, "attend": 1 / 8}),
     ("phases of 3 us (issue 50)", "each phase's fixed latency from ~15 us to 3 us (the 1.0 us counter wait and "
      "2 us of its own path)", {"phase_us": 3.0}),

@@ -130,12 +130,20 @@ struct det_mk_tile {
 // then the phase area: the tile's normalized rows (tile_rows x hidden), or per warp the attention
 // scratch (scores and exps of one chunk, the running numerator), or the argmax / sampling partials.
 DET_MK_HD size_t det_mk_smem_ring_offset() { return (sizeof(det_mk_tile) + 15) / 16 * 16; }
-DET_MK_HD size_t det_mk_attn_scratch_floats(const det_llama_model* m) {
-  return 2 * 128 + (size_t)m->head_dim;  // 128 = DET_ATTN_CHUNK (asserted in det_mk_steps.cuh)
+// Split attention's units carry up to this many query heads of one KV head (det_mk_attn_group.cuh):
+// each lane keeps a dot tree of 4 keys per query in registers (groups of 4 took sm_120's kernel to
+// its 248 registers and spilled).
+#define DET_MK_ATTN_GROUP 2
+// A warp's attention scratch: attn 0, one chunk's scores and exps and the running numerator; split,
+// a unit's queries and exps (group x (head_dim + 128)), or the fold's numerator. 128 = DET_ATTN_CHUNK
+// (asserted in det_mk_attention.cuh); head_dim is the model's largest.
+DET_MK_HD size_t det_mk_attn_scratch_floats(const det_llama_model* m, int attn) {
+  const size_t D = (size_t)m->head_dim;
+  return attn == 0 ? 2 * 128 + D : DET_MK_ATTN_GROUP * (128 + D);
 }
 DET_MK_HD size_t det_mk_smem_bytes(const det_llama_model* m, const det_mk_geometry* g) {
   size_t area = (size_t)g->tile_rows * (size_t)m->hidden;
-  const size_t attn = (size_t)g->warps * det_mk_attn_scratch_floats(m), argmax = 2 * (size_t)g->warps + 3;
+  const size_t attn = (size_t)g->warps * det_mk_attn_scratch_floats(m, g->attn), argmax = 2 * (size_t)g->warps + 3;
   area = area > attn ? area : attn;
   area = area > argmax ? area : argmax;
   return det_mk_smem_ring_offset() + (size_t)g->warps * g->ring * 32 * 16 + area * sizeof(float);

@@ -51,13 +51,14 @@ DET_DEV det_mk_attn_head det_mk_attn_head_of(const det_mk_ctx& c, int64_t l, int
   return a;
 }
 
-// Chunk ch of a head (ch from a.lo / 128 to a.p / 128): its slot range j0..j1 within the chunk.
+// Chunk ch of a row that sees positions lo..p (ch from lo / 128 to p / 128): its first position and
+// its visible slot range j0..j1.
 struct det_mk_chunk {
   int64_t base, j0, j1;
 };
-DET_DEV det_mk_chunk det_mk_chunk_of(const det_mk_attn_head& a, int64_t ch) {
+DET_DEV det_mk_chunk det_mk_chunk_of(int64_t lo, int64_t p, int64_t ch) {
   const int64_t base = ch * DET_ATTN_CHUNK;
-  return {base, (a.lo > base ? a.lo : base) - base, (a.p < base + DET_ATTN_CHUNK - 1 ? a.p : base + DET_ATTN_CHUNK - 1) - base};
+  return {base, (lo > base ? lo : base) - base, (p < base + DET_ATTN_CHUNK - 1 ? p : base + DET_ATTN_CHUNK - 1) - base};
 }
 
 // The chunk's scores (8 slots per tree), the max in slot order, e = exp(s - m) into ex, and the
@@ -129,7 +130,7 @@ DET_DEV void det_mk_attn_chunk_values(const det_mk_attn_head& a, const det_mk_ch
 // chunk's scores and exps, and the running numerator O.
 DET_DEV float det_mk_attn_scale(const det_llama_model& m) { return det_rsqrt_f32((float)m.attn_scale_dim); }
 DET_DEV float* det_mk_attn_scratch(const det_mk_ctx& c) {
-  return c.area + det_warp() * det_mk_attn_scratch_floats(&c.P->model);
+  return c.area + det_warp() * det_mk_attn_scratch_floats(&c.P->model, c.P->geo.attn);
 }
 
 // ATTN (geometry attn 0): one warp per (row, query head) walks its chunks in order, merging each
@@ -148,7 +149,7 @@ DET_DEV_NOINLINE void det_mk_phase_attn(const det_mk_ctx& c, int64_t l) {
     det_attn_acc run = {0.0f, 0.0f};
     for (int64_t ch = a.lo / DET_ATTN_CHUNK; ch <= a.p / DET_ATTN_CHUNK; ++ch) {
       const bool first = ch == a.lo / DET_ATTN_CHUNK;
-      const det_mk_chunk k = det_mk_chunk_of(a, ch);
+      const det_mk_chunk k = det_mk_chunk_of(a.lo, a.p, ch);
       const det_attn_acc part = det_mk_attn_chunk_stats(a, k, D, scale, score, ex);
       det_attn_weights w = {1.0f, 1.0f};
       if (first) run = part;
@@ -185,41 +186,12 @@ DET_DEV int64_t det_mk_attn_in_pass(const det_mk_ctx& c, int64_t chunks, int64_t
   return left <= 0 ? 0 : left < per ? left : per;
 }
 // Where (row b, query head hq)'s partial of chunk slot k (k < C) lives: (m, l, o[0..D)).
+DET_DEV int64_t det_mk_attn_part_stride(const det_llama_model& m) {  // from query head hq's to hq + 1's
+  return DET_MK_ATTN_PASS_CHUNKS * (m.head_dim + 2);
+}
 DET_DEV float* det_mk_attn_part(const det_mk_ctx& c, int64_t b, int64_t hq, int64_t k) {
   const det_llama_model& m = c.P->model;
-  return c.P->ws.attn_part + ((b * m.n_heads + hq) * DET_MK_ATTN_PASS_CHUNKS + k) * (m.head_dim + 2);
-}
-
-// ATTN_CHUNKS: units (row, query head, chunk of the pass) dealt over every warp of the grid; a
-// unit computes its chunk's (m, l, o) (SPEC §13.4: a chunk's partial depends on that chunk alone).
-// When every row of the tile has a single chunk (`direct`), the fold would take the partial as it
-// is: the unit writes att = o / l itself and no fold phase follows.
-DET_DEV_NOINLINE void det_mk_phase_attn_chunks(const det_mk_ctx& c, int64_t l, int64_t pass, bool direct) {
-  const det_llama_model& m = c.P->model;
-  const det_llama_layer& L = m.layers[l];
-  const int64_t D = L.head_dim, QD = m.n_heads * D;
-  const float scale = det_mk_attn_scale(m);
-  float* score = det_mk_attn_scratch(c);
-  float* ex = score + DET_ATTN_CHUNK;
-  int64_t total = 0;
-  for (int b = 0; b < c.tile->n; ++b) total += m.n_heads * det_mk_attn_in_pass(c, det_mk_attn_chunks(L, c.tile->pos[b]), pass);
-  for (int64_t task = c.gwarp; task < total; task += c.nwarps) {
-    int64_t b = 0, u = task, n;  // the task's row, then its unit within the row
-    while (u >= (n = m.n_heads * det_mk_attn_in_pass(c, det_mk_attn_chunks(L, c.tile->pos[b]), pass))) u -= n, ++b;
-    const int64_t in_pass = n / m.n_heads, hq = u / in_pass, k = u % in_pass;
-    const det_mk_attn_head a = det_mk_attn_head_of(c, l, b, hq);
-    const det_mk_chunk ck = det_mk_chunk_of(a, a.lo / DET_ATTN_CHUNK + pass * c.P->geo.attn + k);
-    const det_attn_acc part = det_mk_attn_chunk_stats(a, ck, D, scale, score, ex);
-    if (direct) {
-      float* att = c.P->ws.att + b * QD + hq * D;
-      det_mk_attn_chunk_values(a, ck, D, D, ex, [&](int64_t d, float o) { att[d] = det_div_f32(o, part.l); });
-    } else {
-      float* dst = det_mk_attn_part(c, b, hq, k);
-      if (det_lane() == 0) dst[0] = part.m, dst[1] = part.l;
-      det_mk_attn_chunk_values(a, ck, D, D, ex, [&](int64_t d, float o) { dst[2 + d] = o; });
-    }
-    det_sync_warp();
-  }
+  return c.P->ws.attn_part + (b * m.n_heads + hq) * det_mk_attn_part_stride(m) + k * (m.head_dim + 2);
 }
 
 // ATTN_FOLD: one warp per (row, query head) folds the pass's chunk partials into the running

@@ -9,7 +9,7 @@
 #include "../contract/det_model_ops.h"
 #include "../contract/det_norm.h"
 #include "../contract/det_trig.h"
-#include "det_mk_attention.cuh"
+#include "det_mk_attn_group.cuh"
 #include "det_mk_warp.cuh"
 
 // ---- phases -------------------------------------------------------------------------------------

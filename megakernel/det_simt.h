@@ -14,7 +14,7 @@
 //   det_smem()         the block's dynamic shared memory
 //   det_globaltimer()  nanoseconds (%globaltimer on the GPU, a steady clock on the host): profiling
 //                      stamps only, never an input to arithmetic
-//   det_load_f32x4(p)  one 16-byte load of 4 floats (p 16-byte aligned)
+//   det_load_f32x4(p)  one 16-byte load of 4 floats (p 16-byte aligned); det_load_f32x2, 8 bytes
 //   det_ld(p)          one load of *p (any type): the kernel's reads of activations, caches and
 //                      shared memory go through it so that the emulation can count them
 //   det_work_fma(n)    n fmas this thread just did (a no-op on the GPU; counted under emulation)
@@ -37,8 +37,11 @@
 // ================================ GPU =========================================================
 #define DET_DEV __device__ __forceinline__
 #define DET_DEV_NOINLINE __device__ __noinline__  // a phase: its own register allocation
+#define DET_NO_UNROLL _Pragma("unroll 1")           // a loop whose body must stay one copy
+#define DET_UNROLL _Pragma("unroll")                // a loop over a register array (large body)
 typedef uint4 det_vec_u32x4;
 typedef float4 det_vec_f32x4;
+typedef float2 det_vec_f32x2;
 
 DET_DEV int det_lane() { return threadIdx.x & (DET_WARP - 1); }
 DET_DEV int det_warp() { return threadIdx.x / DET_WARP; }
@@ -65,6 +68,7 @@ DET_DEV void det_shfl_down_combine_n(T* v, int n, int delta, F f) {
 }
 
 DET_DEV det_vec_f32x4 det_load_f32x4(const float* p) { return *(const float4*)p; }
+DET_DEV det_vec_f32x2 det_load_f32x2(const float* p) { return *(const float2*)p; }
 template <typename T>
 DET_DEV T det_ld(const T* p) { return *p; }
 DET_DEV void det_work_fma(int) {}
@@ -134,11 +138,16 @@ DET_DEV void det_cp_async_wait() {
 
 #define DET_DEV inline
 #define DET_DEV_NOINLINE inline
+#define DET_NO_UNROLL
+#define DET_UNROLL
 struct alignas(16) det_vec_u32x4 {
   uint32_t x, y, z, w;
 };
 struct alignas(16) det_vec_f32x4 {
   float x, y, z, w;
+};
+struct alignas(8) det_vec_f32x2 {
+  float x, y;
 };
 
 // Implemented by the fiber runtime (megakernel/host/det_simt_host.cpp).
@@ -182,6 +191,12 @@ DET_DEV bool det_simt_counting() { return __atomic_load_n(&det_simt_host::work_c
 DET_DEV det_vec_f32x4 det_load_f32x4(const float* p) {
   if (det_simt_counting()) det_simt_host::work_load(p, 16);
   det_vec_f32x4 v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+DET_DEV det_vec_f32x2 det_load_f32x2(const float* p) {
+  if (det_simt_counting()) det_simt_host::work_load(p, 8);
+  det_vec_f32x2 v;
   memcpy(&v, p, sizeof v);
   return v;
 }

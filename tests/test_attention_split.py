@@ -1,5 +1,5 @@
-"""Split attention (geometry attn = C > 0: units of (row, query head, 128-position chunk) over the
-whole grid, then a fold per (row, query head) in increasing chunk order, C chunks per pass) gives
+"""Split attention (geometry attn = C > 0: units of (row, KV head's query heads, 128-position chunk)
+over the whole grid, then a fold per (row, query head) in increasing chunk order, C chunks per pass) gives
 the CPU engine's bits past several chunks: for every family's attention (full, sliding windows that
 start inside a chunk, Gemma's local and global layers, Gemma-4's shared K/V), in one pass and in
 many, for batch rows at different positions; and it spreads the work: the busiest warp's attention
@@ -35,6 +35,28 @@ def test_split_attention_equals_the_engine_past_two_chunks(di, models, family):
         assert same_bits(mm.teacher_forced_logits(ids), want), (family, geo)
 
 
+# (query heads, KV heads, head_dim): the unit's instantiations (det_mk_phase_attn_chunks, query
+# heads in pairs) beyond the synthetic families' (4, 2, 48) and (4, 1, 64): a pair and a padded one;
+# one query per KV head with 16 dot accumulators; three pairs of one KV head; 10 accumulators in a
+# tree of 16; 32 accumulators; 32 accumulators over two blocks of 256.
+GROUP_SHAPES = [(6, 2, 64), (3, 3, 128), (6, 1, 64), (4, 2, 80), (4, 1, 256), (2, 1, 512)]
+
+
+@pytest.mark.parametrize("heads,kv_heads,head_dim", GROUP_SHAPES)
+def test_split_attention_query_groups(di, tmp_path, heads, kv_heads, head_dim):
+    """Every shape of unit gives the engine's bits; the cache's capacity, 301, ends inside a key
+    panel (positions 288..300), which the units read element by element."""
+    directory = synthetic.write_checkpoint("llama", str(tmp_path / "m"), seed=3, num_hidden_layers=1,
+                                           num_attention_heads=heads, num_key_value_heads=kv_heads,
+                                           head_dim=head_dim)
+    ids = synthetic.token_sequence(N, 1000, 11)
+    engine = di.MegaModel.from_pretrained(directory, max_context=512)
+    want = engine.prefill(ids, engine.new_state(301), logits="all")
+    mm = di.MegaModel.from_pretrained(directory, max_context=512, executor="emulated",
+                                      geometry=dict(grid=3, warps=2, ring=2, tile_rows=16, seed=2, attn=2))
+    assert same_bits(mm.prefill(ids, mm.new_state(301), logits="all"), want)
+
+
 def test_split_attention_batch_rows_at_different_positions(di, models):
     directory = model_dir("llama", models)
     engine = di.MegaModel.from_pretrained(directory, max_context=512)
@@ -49,9 +71,10 @@ def test_split_attention_batch_rows_at_different_positions(di, models):
 
 
 def test_split_attention_spreads_the_work(di, models):
-    """Batch 1 at position ~300 (llama: 4 query heads, head_dim 48, 16 warps): with attn 0 the
-    busiest warp walks the whole context of one head, 2 x 48 fmas per slot; split, it walks at most
-    one chunk of 128 slots, and the units spread over 4 heads x 3 chunks = 12 warps."""
+    """Batch 1 at position ~300 (llama: 4 query heads over 2 KV heads, head_dim 48, 16 warps): with
+    attn 0 the busiest warp walks the whole context of one head, 2 x 48 fmas per slot; split, a unit
+    is one chunk of 128 slots for the 2 query heads of a KV head, and the units spread over 2 KV
+    heads x 3 chunks = 6 warps."""
     prof = importlib.import_module(di.__name__ + ".profiling")
     directory = model_dir("llama", models)
     prompt = synthetic.token_sequence(N - 2, 1000, 3)
@@ -59,6 +82,8 @@ def test_split_attention_spreads_the_work(di, models):
     for attn in (0, 32):
         mm = di.MegaModel.from_pretrained(directory, max_context=512, executor="emulated",
                                           geometry=dict(grid=4, warps=4, ring=2, tile_rows=16, seed=0, attn=attn))
+        cfg = mm.config
+        assert (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim) == (4, 2, 48)
         tl = prof.work_profile(mm, [prompt], 2, capacity=4096)
         rows = prof.work_rows(tl, mm.layer_plan())
         decode = rows[tl["tags"].index(-1) + 1:]
@@ -66,10 +91,10 @@ def test_split_attention_spreads_the_work(di, models):
         busiest[attn] = max(r["fmas_max"] for r in attend)
         if attn:
             chunks = [r for r in decode if r["kind"] == "attend_chunks"]
-            assert chunks and all(r["busy"] == 4 * 3 for r in chunks)
+            assert chunks and all(r["busy"] == 2 * 3 for r in chunks)
     pos = N - 2  # the decode step's position
     assert busiest[0] == (pos + 1) * 2 * 48
-    assert busiest[32] <= 128 * 2 * 48
+    assert busiest[32] <= 128 * 2 * 48 * 2
 
 
 @pytest.mark.parametrize("bad", [33, -1])

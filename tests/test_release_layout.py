@@ -136,6 +136,39 @@ def test_variant_checks_can_fail(di, tmp_path):
     assert variant_problems(tmp_path / "not-a-variant") != []
 
 
+def unlisted_includes(src):
+    """The files that the sources in `src` include (#include "...", transitively) but `src` does not
+    list: kernel-builder copies only the listed files, and the local build hashes only them, so an
+    unlisted header would be missing from a hub build and would not trigger a rebuild here."""
+    listed, seen, todo, missing = set(src), set(), list(src), []
+    while todo:
+        path = todo.pop()
+        if path in seen or not (ROOT / path).is_file():
+            continue
+        seen.add(path)
+        for name in re.findall(r'^\s*#\s*include\s+"([^"]+)"', (ROOT / path).read_text(), re.M):
+            target = os.path.normpath(os.path.join(os.path.dirname(path), name))
+            if not (ROOT / target).is_file():
+                continue  # a generated header (registration.h) or one found on another include path
+            if target not in listed and target not in missing:
+                missing.append(target)
+            todo.append(target)
+    return missing
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_build_toml_lists_every_included_file(backend):
+    missing = unlisted_includes(BUILD["torch"]["src"] + BUILD["kernel"][f"det_infer_{backend}"]["src"])
+    if backend == "cpu":  # the bindings include the CUDA executor's headers only in a CUDA build
+        missing = [m for m in missing if not m.startswith("det_infer_cuda/")]
+    assert missing == []
+
+
+def test_unlisted_includes_can_fail():
+    src = [s for s in BUILD["kernel"]["det_infer_cpu"]["src"] if s != "contract/det_exp.h"]
+    assert "contract/det_exp.h" in unlisted_includes(src)
+
+
 # ---- ABI ---------------------------------------------------------------------------------------
 def test_cpu_variant_is_abi3(di):
     kac = pytest.importorskip("kernel_abi_check")

@@ -1,0 +1,245 @@
+// det_mk_attn_group.cuh: split attention's unit (geometry attn > 0; docs/SPEC.md §13.4, §14.2):
+// one 128-position chunk of one row for a group of query heads that share a KV head, so that the
+// group reads the chunk's keys and values once.
+//
+// Scores by key: lane L holds the chunk's slots 4L .. 4L + 3, which lie in one key panel (§13.8),
+// so element d of its four keys is one 16-byte load and the warp's load of element d reads eight
+// panels' 64-byte runs. Each lane computes its keys' whole dots (the §9 tree over the accumulators
+// in registers, no shuffles), their max, and their exps. Values by dimension: lane L holds o_d for
+// d = 64t + 2L and 64t + 2L + 1, each §13.4's reduction over the slots in its registers; the exps
+// come from shared memory. Only the max (whose order does not matter, see det_mk_max_skip_nan)
+// and l (the old warp tree) cross lanes.
+#pragma once
+
+#include "det_mk_attention.cuh"
+
+// A value per (query of the group, one of the lane's keys or dimensions).
+template <int QG, int N>
+struct det_mk_attn_vals {
+  float v[QG][N];
+};
+template <int QG, int N>
+DET_DEV det_mk_attn_vals<QG, N> det_mk_attn_vals_add(const det_mk_attn_vals<QG, N>& a, const det_mk_attn_vals<QG, N>& b) {
+  det_mk_attn_vals<QG, N> r;
+  for (int q = 0; q < QG; ++q)
+    for (int i = 0; i < N; ++i) r.v[q][i] = det_add_f32(a.v[q][i], b.v[q][i]);
+  return r;
+}
+
+// §9's halving tree over N accumulators (for s = N/2 .. 1: acc[j] += acc[j + s]) as a pairwise
+// sum from the left: the leaves in bit-reversed order (acc[j] meets acc[j + N/2] first), two equal
+// subtrees added as soon as both exist, left + right. A stack of log2(N) partial sums stays in
+// registers (its indices are constants), and the leaf's code is one copy (a loop not unrolled).
+template <int N, class Leaf>
+DET_DEV auto det_mk_tree(Leaf leaf) {
+  constexpr int LOG = N <= 1 ? 0 : N <= 2 ? 1 : N <= 4 ? 2 : N <= 8 ? 3 : N <= 16 ? 4 : 5;
+  static_assert(N == 1 << LOG, "a tree over a power of two <= 32 leaves");
+  decltype(leaf(0)) x = {}, stack[LOG > 0 ? LOG : 1] = {};
+  DET_NO_UNROLL
+  for (int i = 0; i < N; ++i) {
+    int a = 0;  // leaf number: i's LOG bits reversed
+    for (int k = 0; k < LOG; ++k) a |= (i >> k & 1) << (LOG - 1 - k);
+    x = leaf(a);
+    bool open = true;
+    for (int k = 0; k < LOG; ++k)
+      if (open) {
+        if (i >> k & 1) x = det_mk_attn_vals_add(stack[k], x);
+        else stack[k] = x, open = false;
+      }
+  }
+  return x;  // i = N - 1 closed every level: the root
+}
+
+// The max of §13.4 step 1 in any order: the first visible score if it is NaN (slot order never
+// replaces a NaN), else the largest of the others, NaNs skipped (s > m is false for a NaN s).
+// Ties of +0 and -0 may give either zero, whose sign never matters (§13.4).
+DET_DEV float det_mk_max_skip_nan(float a, float b) { return a != a || b > a ? b : a; }
+
+// One unit: the chunk ck of a row for query heads hq0 .. hq0 + nq - 1 (nq <= QG) of one KV head.
+// Plain values, so that the unit's code reads none of the launch context (a reference, which
+// would be reloaded from local memory at every use).
+struct det_mk_attn_unit {
+  int64_t D;        // head size
+  float scale;      // the scores' scale (det_mk_attn_scale)
+  const float* q;   // query head hq0's q; head hq0 + i at q + i D
+  const float* kc;  // the KV head's keys and values (det_mk_attn_head's)
+  const float* vc;
+  int64_t capacity;
+  det_mk_chunk ck;
+  int nq;
+  float* scratch;   // the warp's attention scratch
+};
+
+// The unit's chunk partials (m, l, o) of each query; emit(q, d, o_d) on the lane holding d, with
+// (m, l) of every query on every lane. NA: the dot's accumulators that take terms, rounded up to
+// a power of two (the others are +0 in §9's tree, so a tree over NA gives its value up to a
+// zero's sign, which never matters in a score: §13.4).
+template <int NA, int QG, class Emit>
+DET_DEV void det_mk_attn_group_chunk(const det_mk_attn_unit& u, det_attn_acc (&part)[QG], Emit emit) {
+  const int64_t D = u.D;
+  const int lane = det_lane();
+  float* qs = u.scratch;     // (QG, D) the group's queries (zero past nq)
+  float* es = qs + QG * D;   // (QG, 128) the exps of the visible slots
+  for (int q = 0; q < QG; ++q)
+    for (int64_t d = lane; d < D; d += DET_WARP) qs[q * D + d] = q < u.nq ? det_ld(u.q + q * D + d) : 0.0f;
+  det_sync_warp();
+
+  // Scores of slots js .. js + 3: one panel of keys, element d at kp + d * w.
+  const int64_t j0 = u.ck.j0, j1 = u.ck.j1, js = 4 * lane;
+  const bool any = js + 3 >= j0 && js <= j1;
+  const int64_t p = u.ck.base + js, w = det_kv_panel_width(u.capacity, p);
+  const float* kp = u.kc + det_kv_key_at(u.capacity, D, p, 0);
+  auto dot_leaf = [&](int a) {  // accumulator a's chain (§9) for the lane's 4 keys, every query
+    det_mk_attn_vals<QG, 4> r = {};
+    if (!any) return r;
+    for (int64_t k0 = 0; k0 < D; k0 += DET_REDUCE_BLOCK)
+      for (int i = 0; i < DET_REDUCE_RUN; ++i) {
+        const int64_t d = k0 + DET_REDUCE_RUN * a + i;
+        if (d >= D) break;
+        float kv[4];
+        if (w == DET_KV_PANEL) {
+          const det_vec_f32x4 x = det_load_f32x4(kp + d * w);
+          kv[0] = x.x, kv[1] = x.y, kv[2] = x.z, kv[3] = x.w;
+        } else {  // the cache's narrow last panel holds only positions below its capacity
+          for (int t = 0; t < 4; ++t) kv[t] = p % DET_KV_PANEL + t < w ? det_ld(kp + d * w + t) : 0.0f;
+        }
+        for (int q = 0; q < QG; ++q) {
+          const float qd = det_ld(qs + q * D + d);
+          for (int t = 0; t < 4; ++t) r.v[q][t] = det_fma_f32(qd, kv[t], r.v[q][t]);
+        }
+        det_work_fma(4 * QG);
+      }
+    return r;
+  };
+  const det_mk_attn_vals<QG, 4> dot = det_mk_tree<NA>(dot_leaf);
+
+  // Scores, each query's max over the warp, then the exps.
+  bool vis[4];
+  float s[QG][4], mx[QG], first[QG];
+  for (int t = 0; t < 4; ++t) vis[t] = js + t >= j0 && js + t <= j1;
+  for (int q = 0; q < QG; ++q) {
+    mx[q] = det_bits_f32(0xff800000u);  // -inf: no visible slot on this lane
+    for (int t = 0; t < 4; ++t) {
+      s[q][t] = det_mul_f32(dot.v[q][t], u.scale);
+      if (vis[t]) mx[q] = det_mk_max_skip_nan(mx[q], s[q][t]);
+    }
+    uint32_t bits = 0;  // the score of slot j0 if this lane holds it, by masks: a select on t0
+    for (int t = 0; t < 4; ++t)  // would index s from local memory
+      bits |= (js + t == j0 ? 0xffffffffu : 0u) & det_f32_bits(s[q][t]);
+    first[q] = det_bits_f32(bits);
+  }
+  for (int delta = DET_WARP / 2; delta >= 1; delta >>= 1)
+    det_shfl_down_combine_n(mx, QG, delta, [](float a, float b) { return det_mk_max_skip_nan(a, b); });
+  det_shfl_idx_n(mx, QG, 0);
+  det_shfl_idx_n(first, QG, (int)(j0 / 4));
+  DET_UNROLL  // the exp is large: rolled loops would index s and part from local memory
+  for (int q = 0; q < QG; ++q) {
+    part[q].m = first[q] != first[q] ? first[q] : mx[q];
+    DET_UNROLL
+    for (int t = 0; t < 4; ++t)
+      if (vis[t]) es[q * DET_ATTN_CHUNK + js + t] = det_exp_f32(det_sub_f32(s[q][t], part[q].m));
+  }
+  det_sync_warp();
+
+  // l: slot j in lane j/8's chain, lanes 16..31 +0, the warp tree (§13.4 step 3).
+  float e_sum[QG];
+  for (int q = 0; q < QG; ++q) {
+    e_sum[q] = 0.0f;
+    for (int i = 0; i < 8; ++i) {
+      const int64_t j = 8 * lane + i;
+      if (j >= j0 && j <= j1) e_sum[q] = det_add_f32(e_sum[q], det_ld(es + q * DET_ATTN_CHUNK + j));
+    }
+  }
+  det_mk_warp_tree<QG>(e_sum);
+  det_shfl_idx_n(e_sum, QG, 0);
+  for (int q = 0; q < QG; ++q) part[q].l = e_sum[q];
+
+  // o_d for the lane's dimensions d, d + 1 of each 64: accumulator a < 16 takes slots 8a .. 8a + 7.
+  for (int64_t d0 = 0; d0 < D; d0 += 2 * DET_WARP) {
+    const int64_t d = d0 + 2 * lane;  // D is a multiple of 8: d < D holds d + 1 too
+    auto value_leaf = [&](int a) {
+      det_mk_attn_vals<QG, 2> r = {};
+      if (d >= D) return r;
+      for (int i = 0; i < 8; ++i) {
+        const int64_t j = 8 * a + i;
+        if (j < j0 || j > j1) continue;
+        const det_vec_f32x2 v = det_load_f32x2(u.vc + det_kv_value_at(D, u.ck.base + j, d));
+        for (int q = 0; q < QG; ++q) {
+          const float e = det_ld(es + q * DET_ATTN_CHUNK + j);
+          r.v[q][0] = det_fma_f32(e, v.x, r.v[q][0]);
+          r.v[q][1] = det_fma_f32(e, v.y, r.v[q][1]);
+        }
+        det_work_fma(2 * QG);
+      }
+      return r;
+    };
+    // Accumulators 16..31 take no slot: a tree over 16, then +0 once (§13.4).
+    const det_mk_attn_vals<QG, 2> o = det_mk_tree<16>(value_leaf);
+    for (int q = 0; q < QG; ++q)  // q < QG, a constant: o and part stay in registers
+      if (d < D && q < u.nq) {
+        emit(q, d, det_add_f32(o.v[q][0], 0.0f));
+        emit(q, d + 1, det_add_f32(o.v[q][1], 0.0f));
+      }
+  }
+  det_sync_warp();  // the scratch is free for the warp's next unit
+}
+
+// ATTN_CHUNKS: units (row, KV head, query group, chunk of the pass) dealt over every warp of the
+// grid; a unit computes its chunk's (m, l, o) for each query head of its group (SPEC §13.4: a
+// chunk's partial depends on that chunk alone). When every row of the tile has a single chunk
+// (`direct`), the fold would take the partial as it is: the unit writes att = o / l itself and no
+// fold phase follows. Each (NA, QG) is its own function: ptxas allocates their registers apart
+// (inlined into one phase, the five took it minutes per architecture).
+template <int NA, int QG>
+DET_DEV_NOINLINE void det_mk_attn_chunk_units(const det_mk_ctx& c, int64_t l, int64_t pass, bool direct) {
+  const det_mk_params& P = *c.P;
+  const det_mk_tile& tile = *c.tile;
+  const det_llama_model& m = P.model;
+  const det_llama_layer& L = m.layers[l];
+  const int64_t D = L.head_dim, QD = m.n_heads * D, G = m.n_heads / m.n_kv_heads, per_kv = (G + QG - 1) / QG;
+  const int64_t groups = m.n_kv_heads * per_kv;  // (KV head, query group) pairs of a row
+  const int64_t per = P.geo.attn, part_stride = det_mk_attn_part_stride(m);
+  auto units_of = [&](int b) {  // row b's units in this pass (det_mk_attn_in_pass)
+    const int64_t left = det_mk_attn_chunks(L, tile.pos[b]) - pass * per;
+    return groups * (left <= 0 ? 0 : left < per ? left : per);
+  };
+  det_mk_attn_unit u;
+  u.D = D, u.scale = det_mk_attn_scale(m), u.scratch = det_mk_attn_scratch(c);
+  int64_t total = 0;
+  for (int b = 0; b < tile.n; ++b) total += units_of(b);
+  for (int64_t task = c.gwarp, nwarps = c.nwarps; task < total; task += nwarps) {
+    int64_t b = 0, t = task, n;  // the task's row, then its unit within the row
+    while (t >= (n = units_of((int)b))) t -= n, ++b;
+    const int64_t in_pass = n / groups, group = t / in_pass, k = t % in_pass;
+    const int64_t g = group / per_kv, q0 = group % per_kv * QG, hq0 = g * G + q0;
+    const int64_t p = tile.pos[b], lo = det_mk_attn_lo(L, p);
+    const det_mk_seq& sq = P.prog.seqs[tile.seq[b]];
+    u.q = P.ws.q + b * QD + hq0 * D;
+    u.kc = sq.k + det_kv_head_base(L, sq.capacity, g);
+    u.vc = sq.v + det_kv_head_base(L, sq.capacity, g);
+    u.capacity = sq.capacity;
+    u.ck = det_mk_chunk_of(lo, p, lo / DET_ATTN_CHUNK + pass * per + k);
+    u.nq = (int)(G - q0 < QG ? G - q0 : QG);
+    det_attn_acc part[QG];
+    if (direct) {
+      float* att = P.ws.att + b * QD + hq0 * D;
+      det_mk_attn_group_chunk<NA, QG>(u, part, [&](int q, int64_t d, float o) { att[q * D + d] = det_div_f32(o, part[q].l); });
+    } else {  // query hq0 + q's partial at dst + q * part_stride
+      float* dst = det_mk_attn_part(c, b, hq0, k);
+      det_mk_attn_group_chunk<NA, QG>(u, part, [&](int q, int64_t d, float o) { dst[q * part_stride + 2 + d] = o; });
+      for (int q = 0; q < QG; ++q)
+        if (det_lane() == 0 && q < u.nq) dst[q * part_stride] = part[q].m, dst[q * part_stride + 1] = part[q].l;
+    }
+  }
+}
+
+// The unit for a layer of head size D: NA the dot's accumulators that take terms rounded up to 8,
+// 16 or 32; groups of DET_MK_ATTN_GROUP heads (a KV head with one query head runs a group of 2
+// with a zero query; an odd G pads its last group likewise).
+DET_DEV void det_mk_phase_attn_chunks(const det_mk_ctx& c, int64_t l, int64_t pass, bool direct) {
+  static_assert(DET_MK_ATTN_GROUP == 2, "the instantiations below");
+  const int64_t runs = (c.P->model.layers[l].head_dim + DET_REDUCE_RUN - 1) / DET_REDUCE_RUN;
+  if (runs > 16) det_mk_attn_chunk_units<32, 2>(c, l, pass, direct);
+  else if (runs > 8) det_mk_attn_chunk_units<16, 2>(c, l, pass, direct);
+  else det_mk_attn_chunk_units<8, 2>(c, l, pass, direct);
+}
