@@ -134,11 +134,15 @@ def tile_terms(plan, cfg, geo, sms, positions, wanted, pick):
 
 def attend_terms(t, cfg, geo, nwarps, positions, window):
     """ATTEND's counts. geometry attn 0: one warp per (row, query head) walks its whole context
-    (the busiest warp: waves x context slots). attn C > 0 (split): units of (row, query head,
-    chunk) over the grid, each walking its chunk's visible slots, C chunks a pass; when a row has
-    more than one chunk, a fold phase per pass whose unit takes one dependent round (counted as a
-    slot) per chunk. Slots scale with head_dim / 64."""
+    (the busiest warp: waves x context slots). attn C > 0 (split): units of (row, KV head, pair of
+    its query heads, chunk) over the grid (SPEC §14.2), each walking its chunk's visible slots, C
+    chunks a pass, at the same cost per slot (the fit has only attn 0's; the whatif's streamed keys
+    scale it); when a row has more than one chunk, a fold phase per pass whose unit, one per (row,
+    query head), takes one dependent round (counted as a slot) per chunk. Slots scale with
+    head_dim / 64."""
     heads, hd, per = cfg["num_attention_heads"], cfg["head_dim"], geo.get("attn", 0)
+    kv = cfg.get("num_key_value_heads", heads)
+    pairs = kv * math.ceil(heads // kv / 2)  # units per (row, chunk): DET_MK_ATTN_GROUP = 2
     lo = [max(p - window + 1, 0) if window else 0 for p in positions]
     if per == 0:
         waves = math.ceil(len(positions) * heads / nwarps)
@@ -151,7 +155,7 @@ def attend_terms(t, cfg, geo, nwarps, positions, window):
         for p, l, n in zip(positions, lo, chunks):
             for j in range(pass_ * per, min(n, (pass_ + 1) * per)):
                 base = (l // CHUNK + j) * CHUNK
-                units += [min(p, base + CHUNK - 1) - max(l, base) + 1] * heads
+                units += [min(p, base + CHUNK - 1) - max(l, base) + 1] * pairs
         if units:
             t["attend"] += math.ceil(len(units) / nwarps) * max(units) * hd / 64
         if max(chunks) > 1:
@@ -305,9 +309,9 @@ def cmd_predict(args):
 WHATIF = (
     # (name, what changes: a geometry, constants set or scaled) — each a GPU issue's change
     ("today", "the design measured 2026-12-04", {}),
-    ("split attention (issue 48, as landed)", "geometry attn 32: (row, query head, chunk) units over every warp, "
-     "a fold per (row, query head) past one chunk, at the per-slot cost fitted to attn 0 (the first slice's units "
-     "loaded one key at a time)", {"geometry": {"attn": 32}}),
+    ("split attention (issue 48, as landed)", "geometry attn 32: (row, KV head, query pair, chunk) units over "
+     "every warp, a fold per (row, query head) past one chunk, at the per-slot cost fitted to attn 0 (the walk that "
+     "loads one key at a time)", {"geometry": {"attn": 32}}),
     ("+ streamed keys (issue 48)", "and units that stream their keys (since 2026-12-05: 16-byte panel loads for the "
      "query heads of a KV head, trees in registers): a slot at 1/8 of today's time, an estimate",
      {"geometry": {"attn": 32}, "attend": 1 / 8}),
