@@ -80,6 +80,18 @@ DET_DEV void det_mk_attn_group_chunk(const det_mk_attn_unit& u, det_attn_acc (&p
   const int lane = det_lane();
   float* qs = u.scratch;     // (QG, D) the group's queries (zero past nq)
   float* es = qs + QG * D;   // (QG, 128) the exps of the visible slots
+  // The chunk's keys and values are read in rounds (a leaf's loads at a time): ask for all their
+  // lines now, so that only the first round waits on DRAM. Keys: the panels of slots j0..j1 (a panel
+  // is 16 D floats, or w D for the cache's narrow last one); values: rows j0..j1.
+  {
+    const int64_t p0 = u.ck.base + u.ck.j0 - (u.ck.base + u.ck.j0) % DET_KV_PANEL, p1 = u.ck.base + u.ck.j1;
+    const float* k0 = u.kc + det_kv_key_at(u.capacity, D, p0, 0);
+    const float* k1 = u.kc + det_kv_key_at(u.capacity, D, p1, D - 1);  // the last panel's last element
+    for (const float* line = k0 + 32 * lane; line <= k1; line += 32 * DET_WARP) det_prefetch_l2(line);
+    const float* v0 = u.vc + det_kv_value_at(D, u.ck.base + u.ck.j0, 0);
+    const float* v1 = u.vc + det_kv_value_at(D, p1, D - 1);
+    for (const float* line = v0 + 32 * lane; line <= v1; line += 32 * DET_WARP) det_prefetch_l2(line);
+  }
   for (int q = 0; q < QG; ++q)
     for (int64_t d = lane; d < D; d += DET_WARP) qs[q * D + d] = q < u.nq ? det_ld(u.q + q * D + d) : 0.0f;
   det_sync_warp();

@@ -21,6 +21,7 @@
 //                      Under emulation with a work profile (det_simt_host::WorkProfile), every
 //                      thread's global and shared bytes, loads and fmas are counted per warp and
 //                      per phase (grid synchronizations the thread has passed)
+//   det_prefetch_l2(p) a hint that the line of p is read soon (prefetch.global.L2; nothing on the host)
 //   det_cp_async16 / det_cp_async4 / det_cp_async_commit / det_cp_async_wait<N>  16- and 4-byte
 //                      async copies global -> shared (cp.async on sm_80+, a plain copy before
 //                      sm_80; on the host a plain copy, or deferred to the wait_group with
@@ -103,6 +104,9 @@ DET_DEV void det_sync_grid(unsigned int* bar) {
   }
   __syncthreads();
 }
+
+// A hint: the 128-byte line holding p into L2 (no value, no fault, no effect on any result).
+DET_DEV void det_prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 
 DET_DEV void det_cp_async16(void* smem_dst, const void* gmem_src) {
 #if __CUDA_ARCH__ >= 800
@@ -238,6 +242,8 @@ DET_DEV void det_shfl_down_combine_n(T* v, int n, int delta, F f) {
 #ifndef DET_SIMT_TEST_WAIT_SLACK
 #define DET_SIMT_TEST_WAIT_SLACK 0
 #endif
+DET_DEV void det_prefetch_l2(const void*) {}  // a hint only: nothing to emulate
+
 DET_DEV bool det_simt_deferred_async() {
   return __atomic_load_n(&det_simt_host::deferred_async, __ATOMIC_RELAXED) != 0;
 }
