@@ -1,7 +1,7 @@
 // det_mk_attention.cuh: the megakernel's ATTEND step (docs/SPEC.md §13.4, §14.2) in its two
 // schedules (geometry attn): ATTN, one warp per (row, query head) walking its chunks in order; and
-// split attention, units of (row, query head, chunk) over the whole grid (ATTN_CHUNKS), then a fold
-// per (row, query head) in increasing chunk order (ATTN_FOLD). Both compute each chunk's partial
+// split attention, units of (row, KV head, query pair, chunk) over the whole grid (ATTN_CHUNKS,
+// det_mk_attn_group.cuh), then a fold per (row, query head) in increasing chunk order (ATTN_FOLD). Both compute each chunk's partial
 // and the left fold exactly as the contract writes them; det_mk_forward_tile picks one.
 #pragma once
 

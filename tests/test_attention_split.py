@@ -101,3 +101,14 @@ def test_split_attention_spreads_the_work(di, models):
 def test_bad_attn_geometry(di, models, bad):
     with pytest.raises(ValueError, match="attn must be"):
         di.MegaModel.from_pretrained(model_dir("llama", models), executor="emulated", geometry=dict(attn=bad))
+
+
+def test_misaligned_cache_is_refused(di, models):
+    """The units read keys 16 bytes at a time: a cache tensor at an odd offset gets a clear error."""
+    mm = di.MegaModel.from_pretrained(model_dir("llama", models), max_context=64, executor="emulated",
+                                      geometry=dict(attn=2))
+    state = mm.new_state(32)
+    shifted = torch.zeros(state.cache.numel() + 1)[1:].view(state.cache.shape)
+    state.cache = shifted
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        mm.prefill([1, 2, 3], state)

@@ -54,6 +54,10 @@ void check(int rc, const char* why, const char* what) {
 HostProgram host_program(const std::vector<det_kv_cache>& views) {
   HostProgram h;
   for (const det_kv_cache& v : views) {
+    // Split attention reads keys 16 bytes at a time (det_mk_attn_group.cuh): a cache that torch
+    // allocated is aligned, a view into one at an odd offset would not be.
+    TORCH_CHECK_VALUE(((uintptr_t)v.k | (uintptr_t)v.v) % 16 == 0,
+                      "det-infer: the megakernel needs each KV cache 16-byte aligned (a KVState's own tensor is)");
     h.seqs.push_back({v.k, v.v, v.capacity});
     h.capacities.push_back(v.capacity);
   }
