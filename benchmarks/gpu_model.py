@@ -106,9 +106,10 @@ def kernel():
 
 
 # ---- the terms of one tile ------------------------------------------------------------------------
-def tile_terms(plan, cfg, geo, sms, positions, wanted, pick):
+def tile_terms(plan, cfg, geo, sms, positions, wanted, pick, distinct=False):
     """The five counts of one tile of rows at `positions` (one per row) with `wanted` rows through
-    the head, and generate mode's pick when `pick`."""
+    the head, and generate mode's pick when `pick`. `distinct`: every row is its own sequence (a
+    decode step), so with split attention the units do ROPE's work and its phase is skipped."""
     t = dict.fromkeys(TERMS, 0.0)
     rows = len(positions)
     nwarps = geo["grid"] * geo["warps"]
@@ -117,6 +118,8 @@ def tile_terms(plan, cfg, geo, sms, positions, wanted, pick):
     for s in plan:
         kind = s["kind"]
         if kind == "embed" or (kind == "head" and wanted == 0):
+            continue
+        if kind == "rope" and distinct and geo.get("attn", 0) > 0:
             continue
         t["phase"] += 1 + s["out_norm"]
         if s["weight_rows"]:
@@ -187,7 +190,7 @@ def launch_terms(plan, cfg, geo, sms, batch, prompt, steps, first_pos=None):
     for i in range(max(steps, 0)):
         for r0 in range(0, batch, geo["tile_rows"]):
             n = min(geo["tile_rows"], batch - r0)
-            t = _add(t, tile_terms(plan, cfg, geo, sms, [pos0 + i] * n, n, pick=True))
+            t = _add(t, tile_terms(plan, cfg, geo, sms, [pos0 + i] * n, n, pick=True, distinct=True))
     return t
 
 
@@ -209,7 +212,7 @@ def run_terms(run, c):
     if kind == "generate":  # 128 tokens: the prompt's pick, then 127 steps
         return launch_terms(plan, cfg, geo, c.sms, b, prompt, 127), b * 128 / run["tok_s"]
     if kind == "decode_step":  # one step, logits out, no pick
-        t = tile_terms(plan, cfg, geo, c.sms, [prompt] * b, b, pick=False)
+        t = tile_terms(plan, cfg, geo, c.sms, [prompt] * b, b, pick=False, distinct=True)
         t["launch"] = 1.0
         return t, run["ms"] / 1e3
     raise ValueError(f"gpu_model: unknown run kind {kind!r}")

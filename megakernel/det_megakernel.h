@@ -135,11 +135,12 @@ DET_MK_HD size_t det_mk_smem_ring_offset() { return (sizeof(det_mk_tile) + 15) /
 // its 248 registers and spilled).
 #define DET_MK_ATTN_GROUP 2
 // A warp's attention scratch: attn 0, one chunk's scores and exps and the running numerator; split,
-// a unit's queries and exps (group x (head_dim + 128)), or the fold's numerator. 128 = DET_ATTN_CHUNK
-// (asserted in det_mk_attention.cuh); head_dim is the model's largest.
+// a unit's queries and exps (group x (head_dim + 128)) and the row's new key and value (2 head_dim),
+// or the fold's numerator. 128 = DET_ATTN_CHUNK (asserted in det_mk_attention.cuh); head_dim is the
+// model's largest.
 DET_MK_HD size_t det_mk_attn_scratch_floats(const det_llama_model* m, int attn) {
   const size_t D = (size_t)m->head_dim;
-  return attn == 0 ? 2 * 128 + D : DET_MK_ATTN_GROUP * (128 + D);
+  return attn == 0 ? 2 * 128 + D : DET_MK_ATTN_GROUP * (128 + D) + 2 * D;
 }
 DET_MK_HD size_t det_mk_smem_bytes(const det_llama_model* m, const det_mk_geometry* g) {
   size_t area = (size_t)g->tile_rows * (size_t)m->hidden;

@@ -11,6 +11,7 @@
 // and l (the old warp tree) cross lanes.
 #pragma once
 
+#include "../contract/det_trig.h"
 #include "det_mk_attention.cuh"
 
 // A value per (query of the group, one of the lane's keys or dimensions).
@@ -68,12 +69,65 @@ struct det_mk_attn_unit {
   det_mk_chunk ck;
   int nq;
   float* scratch;   // the warp's attention scratch
+  // ROPE folded in (a tile whose rows are distinct sequences: det_mk_forward_tile): the unit makes
+  // its queries, and the row's new key and value when its chunk holds the row's position, as ROPE
+  // would (SPEC §13.3), from the raw ws.q / ws.k / ws.v. Null layer: ROPE ran as a phase.
+  const det_llama_layer* rope_layer;
+  const det_rope_table* table;
+  const float* sincos;   // the row's (sin, cos) pairs of the layer's table
+  float eps;
+  int64_t jn;            // the slot of the row's position in this chunk, or -1 (then the rest is unused)
+  const float* k_raw;    // the row's raw k and v of the unit's KV head
+  const float* v_raw;
+  float* k_head;         // the first pair's unit stores the new k and v at the cache's KV head (else null)
+  float* v_head;
 };
 
-// The unit's chunk partials (m, l, o) of each query; emit(q, d, o_d) on the lane holding d, with
-// (m, l) of every query on every lane. NA: the dot's accumulators that take terms, rounded up to
-// a power of two (the others are +0 in §9's tree, so a tree over NA gives its value up to a
-// zero's sign, which never matters in a score: §13.4).
+// ROPE's work on one head vector in the unit's scratch (det_mk_phase_rope's, SPEC §13.3): the
+// optional norm, then the rotation of the table's pairs.
+DET_DEV void det_mk_attn_rope_vector(const det_mk_attn_unit& u, float* vec, const float* norm) {
+  if (norm) det_mk_warp_rmsnorm(vec, u.D, norm, u.eps);
+  for (int64_t i = det_lane(); i < u.table->pairs; i += DET_WARP)
+    det_rope_rotate_f32(&vec[i], &vec[i + u.table->half], det_sincos_f32{det_ld(u.sincos + 2 * i), det_ld(u.sincos + 2 * i + 1)});
+  det_sync_warp();
+}
+
+// A unit's inputs in its scratch: the queries of its pair (zero past nq) at qs; with ROPE folded
+// in, made as ROPE makes them, and when the chunk holds the row's position, the row's new key kn
+// and value vn too, which the first pair's unit also stores in the cache (the units' own reads take
+// kn and vn).
+DET_DEV_NOINLINE void det_mk_attn_unit_stage(int64_t D_, int nq, const float* q_, float* scratch, const det_llama_layer* layer,
+                                             const det_rope_table* table, const float* sincos, float eps, int64_t jn,
+                                             const float* k_raw, const float* v_raw, float* k_head, float* v_head,
+                                             int64_t capacity, int64_t base) {
+  constexpr int QG = DET_MK_ATTN_GROUP;
+  det_mk_attn_unit u;  // scalars in, a unit in registers (see det_mk_attn_unit_run)
+  u.D = D_, u.nq = nq, u.q = q_, u.scratch = scratch, u.rope_layer = layer, u.table = table, u.sincos = sincos;
+  u.eps = eps, u.jn = jn, u.k_raw = k_raw, u.v_raw = v_raw, u.k_head = k_head, u.v_head = v_head;
+  u.capacity = capacity, u.ck = {base, 0, 0};
+  const int64_t D = u.D;
+  float* qs = u.scratch;
+  float* kn = qs + QG * D + QG * DET_ATTN_CHUNK;
+  float* vn = kn + D;
+  for (int q = 0; q < QG; ++q)
+    for (int64_t d = det_lane(); d < D; d += DET_WARP) qs[q * D + d] = q < u.nq ? det_ld(u.q + q * D + d) : 0.0f;
+  det_sync_warp();
+  if (!u.rope_layer) return;
+  const det_llama_layer& L = *u.rope_layer;
+  for (int q = 0; q < u.nq; ++q) det_mk_attn_rope_vector(u, qs + q * D, L.q_norm);
+  if (u.jn < 0) return;
+  for (int64_t d = det_lane(); d < D; d += DET_WARP) kn[d] = det_ld(u.k_raw + d), vn[d] = det_ld(u.v_raw + d);
+  det_sync_warp();
+  if (L.v_norm) det_mk_warp_rmsnorm(vn, D, L.v_norm, u.eps);
+  det_mk_attn_rope_vector(u, kn, L.k_norm);
+  if (!u.k_head) return;
+  const int64_t p = u.ck.base + u.jn;
+  for (int64_t d = det_lane(); d < D; d += DET_WARP) {
+    u.k_head[det_kv_key_at(u.capacity, D, p, d)] = det_ld(kn + d);
+    u.v_head[det_kv_value_at(D, p, d)] = det_ld(vn + d);
+  }
+}
+
 template <int NA, int QG, class Emit>
 DET_DEV void det_mk_attn_group_chunk(const det_mk_attn_unit& u, det_attn_acc (&part)[QG], Emit emit) {
   const int64_t D = u.D;
@@ -92,12 +146,12 @@ DET_DEV void det_mk_attn_group_chunk(const det_mk_attn_unit& u, det_attn_acc (&p
     const float* v1 = u.vc + det_kv_value_at(D, p1, D - 1);
     for (const float* line = v0 + 32 * lane; line <= v1; line += 32 * DET_WARP) det_prefetch_l2(line);
   }
-  for (int q = 0; q < QG; ++q)
-    for (int64_t d = lane; d < D; d += DET_WARP) qs[q * D + d] = q < u.nq ? det_ld(u.q + q * D + d) : 0.0f;
-  det_sync_warp();
+  float* kn = es + QG * DET_ATTN_CHUNK;  // (D) the row's new key and (D) value, when u.jn >= 0
+  float* vn = kn + D;
 
   // Scores of slots js .. js + 3: one panel of keys, element d at kp + d * w.
   const int64_t j0 = u.ck.j0, j1 = u.ck.j1, js = 4 * lane;
+  const int64_t jn = u.jn;  // the slot whose key and value come from kn, vn (-1: none)
   const bool any = js + 3 >= j0 && js <= j1;
   const int64_t p = u.ck.base + js, w = det_kv_panel_width(u.capacity, p);
   const float* kp = u.kc + det_kv_key_at(u.capacity, D, p, 0);
@@ -115,6 +169,8 @@ DET_DEV void det_mk_attn_group_chunk(const det_mk_attn_unit& u, det_attn_acc (&p
         } else {  // the cache's narrow last panel holds only positions below its capacity
           for (int t = 0; t < 4; ++t) kv[t] = p % DET_KV_PANEL + t < w ? det_ld(kp + d * w + t) : 0.0f;
         }
+        for (int t = 0; t < 4; ++t)  // the row's own new key, made by this unit (ROPE folded in)
+          if (js + t == jn) kv[t] = det_ld(kn + d);
         for (int q = 0; q < QG; ++q) {
           const float qd = det_ld(qs + q * D + d);
           for (int t = 0; t < 4; ++t) r.v[q][t] = det_fma_f32(qd, kv[t], r.v[q][t]);
@@ -175,7 +231,8 @@ DET_DEV void det_mk_attn_group_chunk(const det_mk_attn_unit& u, det_attn_acc (&p
       for (int i = 0; i < 8; ++i) {
         const int64_t j = 8 * a + i;
         if (j < j0 || j > j1) continue;
-        const det_vec_f32x2 v = det_load_f32x2(u.vc + det_kv_value_at(D, u.ck.base + j, d));
+        const det_vec_f32x2 v = j == jn ? det_vec_f32x2{det_ld(vn + d), det_ld(vn + d + 1)}
+                                        : det_load_f32x2(u.vc + det_kv_value_at(D, u.ck.base + j, d));
         for (int q = 0; q < QG; ++q) {
           const float e = det_ld(es + q * DET_ATTN_CHUNK + j);
           r.v[q][0] = det_fma_f32(e, v.x, r.v[q][0]);
@@ -202,21 +259,53 @@ DET_DEV void det_mk_attn_group_chunk(const det_mk_attn_unit& u, det_attn_acc (&p
 // (`direct`), the fold would take the partial as it is: the unit writes att = o / l itself and no
 // fold phase follows. Each (NA, QG) is its own function: ptxas allocates their registers apart
 // (inlined into one phase, the five took it minutes per architecture).
-template <int NA, int QG>
-DET_DEV_NOINLINE void det_mk_attn_chunk_units(const det_mk_ctx& c, int64_t l, int64_t pass, bool direct) {
+// One unit's partials: att = o / l (`direct`) or (m, l, o) at out + q * part_stride per query.
+template <int NA>
+// Its arguments are scalars, which the call passes in registers (a unit struct, by reference or by
+// value, went through local memory: sm_90 +260 LDL or +80 STL).
+DET_DEV_NOINLINE void det_mk_attn_unit_run(int64_t D, float scale, const float* kc, const float* vc, int64_t capacity,
+                                           int64_t base, int64_t j0, int64_t j1, int64_t jn, int nq, float* scratch,
+                                           float* out, int64_t part_stride, bool direct) {
+  constexpr int QG = DET_MK_ATTN_GROUP;
+  det_mk_attn_unit u;
+  u.D = D, u.scale = scale, u.kc = kc, u.vc = vc, u.capacity = capacity, u.ck = {base, j0, j1};
+  u.jn = jn, u.nq = nq, u.scratch = scratch, u.rope_layer = nullptr;
+  det_attn_acc part[QG];
+  if (direct) {
+    det_mk_attn_group_chunk<NA, QG>(u, part, [&](int q, int64_t d, float o) { out[q * D + d] = det_div_f32(o, part[q].l); });
+  } else {
+    det_mk_attn_group_chunk<NA, QG>(u, part, [&](int q, int64_t d, float o) { out[q * part_stride + 2 + d] = o; });
+    for (int q = 0; q < QG; ++q)
+      if (det_lane() == 0 && q < u.nq) out[q * part_stride] = part[q].m, out[q * part_stride + 1] = part[q].l;
+  }
+}
+
+// ATTN_CHUNKS: units (row, KV head, query pair, chunk of the pass) dealt over every warp of the
+// grid; a unit computes its chunk's (m, l, o) for each query head of its pair (SPEC §13.4: a
+// chunk's partial depends on that chunk alone). When every row of the tile has a single chunk
+// (`direct`), the fold would take the partial as it is: the unit writes att = o / l itself and no
+// fold phase follows. With `rope`, each unit first does ROPE's work for itself. The unit's work is
+// a call per NA (the dot's accumulators that take terms rounded up to 8, 16 or 32), and ROPE's
+// another: each its own register allocation, with nothing live across them (called from inside
+// the unit, ROPE's work spilled on sm_120). A KV head with one query head runs a pair with a zero
+// query; an odd count pads its last pair likewise.
+DET_DEV_NOINLINE void det_mk_phase_attn_chunks(const det_mk_ctx& c, int64_t l, int64_t pass, bool direct, bool rope) {
+  constexpr int QG = DET_MK_ATTN_GROUP;
   const det_mk_params& P = *c.P;
   const det_mk_tile& tile = *c.tile;
   const det_llama_model& m = P.model;
   const det_llama_layer& L = m.layers[l];
   const int64_t D = L.head_dim, QD = m.n_heads * D, G = m.n_heads / m.n_kv_heads, per_kv = (G + QG - 1) / QG;
-  const int64_t groups = m.n_kv_heads * per_kv;  // (KV head, query group) pairs of a row
+  const int64_t groups = m.n_kv_heads * per_kv;  // (KV head, query pair) of a row
   const int64_t per = P.geo.attn, part_stride = det_mk_attn_part_stride(m);
+  const int64_t runs = (D + DET_REDUCE_RUN - 1) / DET_REDUCE_RUN;
   auto units_of = [&](int b) {  // row b's units in this pass (det_mk_attn_in_pass)
     const int64_t left = det_mk_attn_chunks(L, tile.pos[b]) - pass * per;
     return groups * (left <= 0 ? 0 : left < per ? left : per);
   };
   det_mk_attn_unit u;
   u.D = D, u.scale = det_mk_attn_scale(m), u.scratch = det_mk_attn_scratch(c);
+  u.rope_layer = rope ? &L : nullptr, u.table = &m.rope[L.rope_table], u.eps = m.rms_eps;
   int64_t total = 0;
   for (int b = 0; b < tile.n; ++b) total += units_of(b);
   for (int64_t task = c.gwarp, nwarps = c.nwarps; task < total; task += nwarps) {
@@ -232,26 +321,19 @@ DET_DEV_NOINLINE void det_mk_attn_chunk_units(const det_mk_ctx& c, int64_t l, in
     u.capacity = sq.capacity;
     u.ck = det_mk_chunk_of(lo, p, lo / DET_ATTN_CHUNK + pass * per + k);
     u.nq = (int)(G - q0 < QG ? G - q0 : QG);
-    det_attn_acc part[QG];
-    if (direct) {
-      float* att = P.ws.att + b * QD + hq0 * D;
-      det_mk_attn_group_chunk<NA, QG>(u, part, [&](int q, int64_t d, float o) { att[q * D + d] = det_div_f32(o, part[q].l); });
-    } else {  // query hq0 + q's partial at dst + q * part_stride
-      float* dst = det_mk_attn_part(c, b, hq0, k);
-      det_mk_attn_group_chunk<NA, QG>(u, part, [&](int q, int64_t d, float o) { dst[q * part_stride + 2 + d] = o; });
-      for (int q = 0; q < QG; ++q)
-        if (det_lane() == 0 && q < u.nq) dst[q * part_stride] = part[q].m, dst[q * part_stride + 1] = part[q].l;
-    }
+    u.jn = rope && L.kv_source == l && p <= u.ck.base + DET_ATTN_CHUNK - 1 ? p - u.ck.base : -1;
+    u.sincos = P.ws.sincos + 2 * (b * m.rope_pairs + u.table->offset);
+    u.k_raw = P.ws.k + b * m.n_kv_heads * D + g * D, u.v_raw = P.ws.v + b * m.n_kv_heads * D + g * D;
+    u.k_head = q0 == 0 ? sq.k + det_kv_head_base(L, sq.capacity, g) : nullptr, u.v_head = sq.v + det_kv_head_base(L, sq.capacity, g);
+    float* out = direct ? P.ws.att + b * QD + hq0 * D : det_mk_attn_part(c, b, hq0, k);
+    det_mk_attn_unit_stage(D, u.nq, u.q, u.scratch, u.rope_layer, u.table, u.sincos, u.eps, u.jn, u.k_raw, u.v_raw,
+                           u.k_head, u.v_head, u.capacity, u.ck.base);
+    const int64_t jn = rope ? u.jn : -1;
+#define DET_MK_ATTN_RUN(NA) \
+  det_mk_attn_unit_run<NA>(D, u.scale, u.kc, u.vc, u.capacity, u.ck.base, u.ck.j0, u.ck.j1, jn, u.nq, u.scratch, out, part_stride, direct)
+    if (runs > 16) DET_MK_ATTN_RUN(32);
+    else if (runs > 8) DET_MK_ATTN_RUN(16);
+    else DET_MK_ATTN_RUN(8);
+#undef DET_MK_ATTN_RUN
   }
-}
-
-// The unit for a layer of head size D: NA the dot's accumulators that take terms rounded up to 8,
-// 16 or 32; groups of DET_MK_ATTN_GROUP heads (a KV head with one query head runs a group of 2
-// with a zero query; an odd G pads its last group likewise).
-DET_DEV void det_mk_phase_attn_chunks(const det_mk_ctx& c, int64_t l, int64_t pass, bool direct) {
-  static_assert(DET_MK_ATTN_GROUP == 2, "the instantiations below");
-  const int64_t runs = (c.P->model.layers[l].head_dim + DET_REDUCE_RUN - 1) / DET_REDUCE_RUN;
-  if (runs > 16) det_mk_attn_chunk_units<32, 2>(c, l, pass, direct);
-  else if (runs > 8) det_mk_attn_chunk_units<16, 2>(c, l, pass, direct);
-  else det_mk_attn_chunk_units<8, 2>(c, l, pass, direct);
 }

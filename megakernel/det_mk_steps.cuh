@@ -32,12 +32,6 @@ DET_DEV void det_mk_load_rows(const det_mk_ctx& c, int nb, const int32_t* src_ro
   det_sync_block();
 }
 
-// One warp: v[0..K) = rmsnorm(v) * w in place (docs/SPEC.md §13.2; K % 8 == 0).
-DET_DEV void det_mk_warp_rmsnorm(float* v, int64_t K, const float* w, float eps) {
-  const float r = det_rmsnorm_factor_f32(det_mk_warp_dot_f32(v, v, K), K, eps);
-  for (int64_t k = det_lane(); k < K; k += DET_WARP) v[k] = det_rmsnorm_scale_f32(det_ld(v + k), r, det_ld(w + k));
-  det_sync_warp();
-}
 
 // Every block: area rows j < nb = rmsnorm(source row) * w (docs/SPEC.md §13.2), sources as in
 // det_mk_load_rows (at layer 0 the embedding, which layer 0 also writes to the residual stream).
@@ -377,6 +371,16 @@ DET_DEV_NOINLINE void det_mk_phase_argmax(const det_mk_ctx& c) {
 // One tile through the model's layer plan: one phase per step, a grid barrier after each (none
 // after EMBED, whose reader takes the embedding itself; a RESIDUAL step with an output norm is
 // two phases). HEAD runs only when the tile has wanted rows.
+// Split attention's units take ROPE's work on themselves when no row of the tile reads another
+// row's new key (every row its own sequence: a decode step): one phase and barrier a layer fewer.
+// Asked at each use, not kept: a value live across the step loop spilled on sm_100/120.
+DET_DEV bool det_mk_rope_in_attn(const det_mk_ctx& c) {
+  bool distinct = c.P->geo.attn > 0;
+  for (int a = 0; a < c.tile->n; ++a)
+    for (int b = 0; b < a; ++b) distinct = distinct && c.tile->seq[a] != c.tile->seq[b];
+  return distinct;
+}
+
 DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
   const det_llama_model& m = c.P->model;
   for (int64_t i = 0; i < m.n_steps; ++i) {
@@ -386,18 +390,21 @@ DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
       case DET_STEP_PLE_PROJECT: det_mk_phase_ple_project(c, s); break;
       case DET_STEP_PLE_FINISH: det_mk_phase_ple_finish(c); break;
       case DET_STEP_QKV: det_mk_phase_qkv(c, s); break;
-      case DET_STEP_ROPE: det_mk_phase_rope(c, s.layer); break;
+      case DET_STEP_ROPE:
+        if (det_mk_rope_in_attn(c)) continue;
+        det_mk_phase_rope(c, s.layer);
+        break;
       case DET_STEP_ATTEND:
         if (c.P->geo.attn == 0) {
           det_mk_phase_attn(c, s.layer);
           break;
         }
         if (det_mk_attn_most_chunks(c, s.layer) == 1) {  // one chunk a row: no fold
-          det_mk_phase_attn_chunks(c, s.layer, 0, true);
+          det_mk_phase_attn_chunks(c, s.layer, 0, true, det_mk_rope_in_attn(c));
           break;
         }
         for (int64_t pass = 0, passes = det_mk_attn_passes(c, s.layer); pass < passes; ++pass) {
-          det_mk_phase_attn_chunks(c, s.layer, pass, false);
+          det_mk_phase_attn_chunks(c, s.layer, pass, false, det_mk_rope_in_attn(c));
           det_mk_grid_sync(c, (int32_t)(2 * i + 1));  // every chunk's partial is written
           det_mk_phase_attn_fold(c, s.layer, pass);
           if (pass + 1 < passes) det_mk_grid_sync(c, (int32_t)(2 * i + 1));  // the fold's state, the partials

@@ -5,6 +5,7 @@
 
 #include "det_megakernel.h"
 #include "det_simt.h"
+#include "../contract/det_norm.h"
 
 // One thread's view of the launch.
 struct det_mk_ctx {
@@ -58,6 +59,13 @@ DET_DEV float det_mk_warp_dot_f32(const float* a, const float* b, int64_t K) {
   det_mk_warp_tree<1>(acc);
   det_shfl_idx_n(acc, 1, 0);
   return acc[0];
+}
+
+// One warp: v[0..K) = rmsnorm(v) * w in place (docs/SPEC.md §13.2; K % 8 == 0).
+DET_DEV void det_mk_warp_rmsnorm(float* v, int64_t K, const float* w, float eps) {
+  const float r = det_rmsnorm_factor_f32(det_mk_warp_dot_f32(v, v, K), K, eps);
+  for (int64_t k = det_lane(); k < K; k += DET_WARP) v[k] = det_rmsnorm_scale_f32(det_ld(v + k), r, det_ld(w + k));
+  det_sync_warp();
 }
 
 // Calls f.template operator()<NB>() with NB the smallest of 1, 2, 4, 8, 16 holding n rows.

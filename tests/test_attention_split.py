@@ -59,8 +59,8 @@ def test_split_attention_query_groups(di, tmp_path, heads, kv_heads, head_dim):
 
 @pytest.mark.parametrize("family", ["llama", "qwen3", "gemma3", "gemma4"])
 def test_split_attention_batch_rows_at_different_positions(di, models, family):
-    """Decode rows of sequences at different positions: q and k norms (qwen3, gemma), windows,
-    Gemma-4's v norm and shared K/V; the engine's tokens and logits bits."""
+    """Decode rows (each its own sequence) take ROPE's work into the units: q and k norms (qwen3,
+    gemma), windows, Gemma-4's v norm and shared K/V; the engine's tokens and logits bits."""
     directory = model_dir(family, models)
     engine = di.MegaModel.from_pretrained(directory, max_context=512)
     V = engine.config.vocab_size
