@@ -83,6 +83,12 @@ struct det_mk_attn_unit {
   float* v_head;
 };
 
+// A unit's scratch (det_mk_attn_scratch_floats): the pair's queries (QG x D), their exps (QG x
+// 128), then the row's new key (D) and value (D) when ROPE is folded in. Where the new key starts.
+DET_DEV float* det_mk_attn_unit_new_key(float* scratch, int64_t D) {
+  return scratch + DET_MK_ATTN_GROUP * (D + DET_ATTN_CHUNK);
+}
+
 // ROPE's work on one head vector in the unit's scratch (det_mk_phase_rope's, SPEC §13.3): the
 // optional norm, then the rotation of the table's pairs.
 DET_DEV void det_mk_attn_rope_vector(const det_mk_attn_unit& u, float* vec, const float* norm) {
@@ -107,7 +113,7 @@ DET_DEV_NOINLINE void det_mk_attn_unit_stage(int64_t D_, int nq, const float* q_
   u.capacity = capacity, u.ck = {base, 0, 0};
   const int64_t D = u.D;
   float* qs = u.scratch;
-  float* kn = qs + QG * D + QG * DET_ATTN_CHUNK;
+  float* kn = det_mk_attn_unit_new_key(scratch, D);
   float* vn = kn + D;
   for (int q = 0; q < QG; ++q)
     for (int64_t d = det_lane(); d < D; d += DET_WARP) qs[q * D + d] = q < u.nq ? det_ld(u.q + q * D + d) : 0.0f;
@@ -146,7 +152,7 @@ DET_DEV void det_mk_attn_group_chunk(const det_mk_attn_unit& u, det_attn_acc (&p
     const float* v1 = u.vc + det_kv_value_at(D, p1, D - 1);
     for (const float* line = v0 + 32 * lane; line <= v1; line += 32 * DET_WARP) det_prefetch_l2(line);
   }
-  float* kn = es + QG * DET_ATTN_CHUNK;  // (D) the row's new key and (D) value, when u.jn >= 0
+  float* kn = det_mk_attn_unit_new_key(u.scratch, D);  // the row's new key and value, when u.jn >= 0
   float* vn = kn + D;
 
   // Scores of slots js .. js + 3: one panel of keys, element d at kp + d * w.
