@@ -7,7 +7,8 @@
 //    one call: the AVX-512 kernel reads each key panel (docs/SPEC.md §13.8) once for all of them
 //    and each V row once for up to four, where a walk per (row, head) transposed the keys and read
 //    V per query (2026-12-05, SmolLM2-135M, one thread: attention at 4,000 positions 32.9 -> 23.9
-//    ms a token; a 4,000-token prompt 59 -> 38 s). Below AVX-512, or when D % 16 != 0,
+//    ms a token; a 4,000-token prompt 59 -> 38 s). From 16 queries on (a prompt's rows) it holds a
+//    query per lane instead (x86/det_attn_lanes_avx512.cpp). Below AVX-512, or when D % 16 != 0,
 //    chunk_partial runs the contract's loops one query at a time.
 //  - A unit that holds its rows' whole visible range folds as it goes and writes the outputs.
 //    When there are too few units to keep the threads busy (a batch-1 decode has as many as KV

@@ -140,4 +140,6 @@ void det_exp_sub_avx2(const float* s, float m, float* e, int64_t n);
 void det_silu_mul_avx512(const float* gate, const float* up, float* out, int64_t n);
 void det_gelu_tanh_mul_avx512(const float* gate, const float* up, float* out, int64_t n);
 void det_exp_sub_avx512(const float* s, float m, float* e, int64_t n);
+// e[16i + t] = exp(fl(s[16i + t] - m[t])), n % 16 == 0
+void det_exp_sub_lanes_avx512(const float* s, const float* m, float* e, int64_t n);
 #endif

@@ -227,14 +227,15 @@ def _same_bits(a, b):
     return torch.equal(nan, torch.isnan(b)) and torch.equal(a[~nan].view(torch.int32), b[~nan].view(torch.int32))
 
 
-@pytest.mark.parametrize("D", [16, 48, 64, 128, 256, 512])
+@pytest.mark.parametrize("D", [16, 48, 64, 80, 128, 256, 512])
 def test_engine_attention_chunk_equals_the_loops(di, D):
-    """One chunk's (m, l, o) for several queries at once (the AVX-512 kernel: keys transposed once
-    for all of them, o's chains in registers, queries in passes of four) against the contract's loops
-    one query at a time (ISA capped at ref), bit for bit: queries with different visible ranges in one
-    call (whole chunk, windows starting and ending inside a slot group, one slot, a cache that ends
-    inside the chunk); values of one scale (every slot's weight near 1, so an order changes bits),
-    values over 30 decades, and infinities and NaNs in K and V."""
+    """One chunk's (m, l, o) for several queries at once against the contract's loops one query at a
+    time (ISA capped at ref), bit for bit. AVX-512 has two schedules: a key per lane for fewer than
+    16 queries (a decode's heads), a query per lane from 16 on (a prompt's rows and heads: 48 with a
+    causal diagonal, 17 with one query alone in its vector, 33 in a cache that ends inside the
+    chunk). Queries with different visible ranges in one call (whole chunk, windows starting and
+    ending inside a slot group, one slot); values of one scale (every slot's weight near 1, so an
+    order changes bits), values over 30 decades, and infinities and NaNs in K and V."""
     rng = np.random.default_rng(D)
 
     def rand(*shape, decades=0):
@@ -244,7 +245,10 @@ def test_engine_attention_chunk_equals_the_loops(di, D):
     scale = float(np.float32(D ** -0.5))
     cases = [(128, [(0, 127)] * 3),  # a decode's query heads
              (128, [(0, 127), (3, 127), (0, 77), (13, 13), (8, 15), (5, 122), (0, 0), (64, 127), (9, 100)]),
-             (77, [(0, 76), (20, 76), (76, 76)])]  # the cache's last row is slot 76
+             (77, [(0, 76), (20, 76), (76, 76)]),  # the cache's last row is slot 76
+             (128, [(0, 8 * r + 7) for r in range(16) for h in range(3)]),  # a prompt's diagonal chunk
+             (128, [(0, 127)] * 15 + [(5, 122), (64, 64)]),
+             (77, [((7 * i) % 40, 76 - (5 * i) % 30) for i in range(33)])]
     for decades, hostile in ((0, False), (3, False), (3, True)):
         for n, ranges in cases:
             q = rand(len(ranges), D, decades=decades) * 0.3

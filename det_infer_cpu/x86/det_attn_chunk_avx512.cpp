@@ -22,9 +22,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "../det_kernels_cpu.h"
-
-#define DET_AVX512 __attribute__((target("avx2,fma,avx512f,avx512dq")))
+#include "det_attn_chunk_avx512.h"
 
 namespace {
 
@@ -34,28 +32,6 @@ static_assert(kKeys == DET_KV_PANEL, "a vector of keys is one element of a cache
 constexpr int kGroups = kChunk / DET_REDUCE_RUN;   // slot groups: accumulators 0..15 of o and l
 constexpr int kQ = 4;                              // queries sharing one pass over V
 constexpr int kDBlock = 64;                        // dimensions of o in registers per pass
-// Cached rows come from memory (a head's K and V are 2 x 32 KB a chunk at D = 64). While a chunk
-// computes, the next one's K and V are requested into L2 a share at a time as its work goes on
-// (Ahead): asked for all at once, or all during the short V pass, they filled the miss queues and
-// stalled the requests themselves (perf, 2026-12-05).
-
-// The next chunk's K and V lines, requested into L2 in order (K and V alternately) up to a share of
-// them that the caller raises as this chunk's work progresses. Hints only: nothing is read.
-struct Ahead {
-  const char *k = nullptr, *v = nullptr;
-  int64_t lines = 0, done = 0;  // lines of K (as many of V); requests issued, of 2 * lines
-  Ahead(const det_attn_rows& next, int64_t D)
-      : k((const char*)next.k), v((const char*)next.v), lines(next.k ? (next.n * D * 4 + 63) / 64 : 0) {}
-  // Requests up to the fraction num / den of the lines.
-  DET_AVX512 void upto(int64_t num, int64_t den) {
-    for (const int64_t n = 2 * lines * num / den; done < n; ++done)
-      _mm_prefetch((done & 1 ? v : k) + 64 * (done >> 1), _MM_HINT_T1);
-  }
-};
-// The shares of the next chunk's lines requested by the end of each phase of this one, in
-// hundredths: about each phase's share of the time (scores, then the exps and sums, then V).
-constexpr int kAheadScores = 40, kAheadExp = 65;
-
 // The chunk's key panels that hold slots u0..u1, kt[(j / 16) * 16 D + 16 d + j % 16] = slot j's
 // element d: the cache itself (§13.8 stores keys so), unless the capacity ends inside one of them;
 // then they are copied into buf, the narrow panel widened to 16 with zeros.
@@ -113,11 +89,11 @@ DET_AVX512 void block_scores(const float* const* q, const float* kt, int64_t D, 
 // and stay +0, and the full tree adds them, as the contract's own loop does.
 template <int kLive>
 DET_AVX512 void scores(const det_attn_query* qs, int64_t nq, const float* kt, int64_t D, int u0, int u1,
-                       float scale, float* score, Ahead& ahead) {
+                       float scale, float* score, det_attn_ahead& ahead) {
   constexpr int kN = kLive <= 8 ? 2 : 1;  // queries per pass over a panel (accumulators: 2 x 8)
   const int first = u0 / kKeys * kKeys, blocks = u1 / kKeys - u0 / kKeys + 1;
   for (int b = first; b <= u1; b += kKeys) {
-    ahead.upto(kAheadScores * ((b - first) / kKeys + 1), 100 * blocks);
+    ahead.upto(kDetAheadScores * ((b - first) / kKeys + 1), 100 * blocks);
     const float* qv[kN];
     float* out[kN];
     int n = 0;
@@ -135,7 +111,7 @@ DET_AVX512 void scores(const det_attn_query* qs, int64_t nq, const float* kt, in
 }
 
 DET_AVX512 void scores_of(const det_attn_query* qs, int64_t nq, const float* kt, int64_t D, int u0, int u1,
-                          float scale, float* score, Ahead& ahead) {
+                          float scale, float* score, det_attn_ahead& ahead) {
   switch (std::min<int64_t>(D, DET_REDUCE_BLOCK) / DET_REDUCE_RUN) {
     case 2: return scores<2>(qs, nq, kt, D, u0, u1, scale, score, ahead);
     case 4: return scores<4>(qs, nq, kt, D, u0, u1, scale, score, ahead);
@@ -184,9 +160,9 @@ struct Query {
 // group_o[g] = the fma chain over group g's visible slots (§13.4 step 4), for n <= kQ queries,
 // kDBlock dimensions at a time; a group a query does not see is left alone.
 template <int kVec>
-DET_AVX512 void values(const float* v, int64_t D, int64_t d0, const Query* qs, int n, Ahead* ahead) {
+DET_AVX512 void values(const float* v, int64_t D, int64_t d0, const Query* qs, int n, det_attn_ahead* ahead) {
   for (int g = 0; g < kGroups; ++g) {
-    if (ahead) ahead->upto(kAheadExp * kGroups + (100 - kAheadExp) * g, 100 * kGroups);
+    if (ahead) ahead->upto(kDetAheadExp * kGroups + (100 - kDetAheadExp) * g, 100 * kGroups);
     const int s0 = g * DET_REDUCE_RUN, s1 = s0 + DET_REDUCE_RUN - 1;
     int a = s1 + 1, z = s0 - 1;
     for (int i = 0; i < n; ++i) a = std::min(a, std::max(s0, qs[i].j0)), z = std::max(z, std::min(s1, qs[i].j1));
@@ -225,10 +201,14 @@ DET_AVX512 void det_attn_chunk_avx512(det_attn_rows rows, int64_t D, float scale
   s.score.resize(nq * kChunk);
   s.ex.resize(nq * kChunk);
   s.group_o.resize(kQ * kGroups * D);
-  Ahead ahead(next, D);
+  det_attn_ahead ahead(next, D);
+  if (nq >= DET_ATTN_LANES_MIN) {  // a prompt's rows: a query per lane
+    det_attn_chunk_lanes_avx512(rows, D, scale, qs, nq, ahead);
+    return ahead.upto(1, 1);
+  }
   scores_of(qs, nq, panels(rows, D, u0, u1, s.kt), D, u0, u1, scale, s.score.data(), ahead);
   for (int64_t i = 0; i < nq; ++i) {
-    ahead.upto(kAheadScores * nq + (kAheadExp - kAheadScores) * i, 100 * nq);
+    ahead.upto(kDetAheadScores * nq + (kDetAheadExp - kDetAheadScores) * i, 100 * nq);
     const int j0 = (int)qs[i].j0, j1 = (int)qs[i].j1;
     const float* score = s.score.data() + i * kChunk;
     float* ex = s.ex.data() + i * kChunk;
@@ -243,7 +223,7 @@ DET_AVX512 void det_attn_chunk_avx512(det_attn_rows rows, int64_t D, float scale
     for (int i = 0; i < n; ++i)
       batch[i] = {(int)qs[q0 + i].j0, (int)qs[q0 + i].j1, s.ex.data() + (q0 + i) * kChunk,
                   s.group_o.data() + i * kGroups * D};
-    Ahead* paced = q0 == 0 && D <= kDBlock ? &ahead : nullptr;  // V's one pass when there is one
+    det_attn_ahead* paced = q0 == 0 && D <= kDBlock ? &ahead : nullptr;  // V's one pass when there is one
     for (int64_t d0 = 0; d0 < D; d0 += kDBlock) {
       switch (std::min<int64_t>(kDBlock, D - d0) / 16) {
         case 1: values<1>(rows.v, D, d0, batch, n, paced); break;

@@ -1,0 +1,36 @@
+// det_attn_chunk_avx512.h: what the two AVX-512 schedules of one chunk's attention partials share
+// (docs/SPEC.md §13.4 steps 1-4): det_attn_chunk_avx512.cpp holds a key per lane (a decode's few
+// query heads), det_attn_lanes_avx512.cpp a query per lane (a prompt's rows and heads).
+#pragma once
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "../det_kernels_cpu.h"
+
+#define DET_AVX512 __attribute__((target("avx2,fma,avx512f,avx512dq")))
+
+// Cached rows come from memory (a head's K and V are 2 x 32 KB a chunk at D = 64). While a chunk
+// computes, the next one's K and V are requested into L2 a share at a time as its work goes on:
+// asked for all at once, or all during the short V pass, they filled the miss queues and stalled
+// the requests themselves (perf, 2026-12-05). Requests are hints only: nothing is read.
+struct det_attn_ahead {
+  const char *k = nullptr, *v = nullptr;
+  int64_t lines = 0, done = 0;  // lines of K (as many of V); requests issued, of 2 * lines
+  det_attn_ahead(const det_attn_rows& next, int64_t D)
+      : k((const char*)next.k), v((const char*)next.v), lines(next.k ? (next.n * D * 4 + 63) / 64 : 0) {}
+  // Requests the next chunk's lines, K and V alternately, up to the fraction num / den of them.
+  DET_AVX512 void upto(int64_t num, int64_t den) {
+    for (const int64_t n = 2 * lines * num / den; done < n; ++done)
+      _mm_prefetch((done & 1 ? v : k) + 64 * (done >> 1), _MM_HINT_T1);
+  }
+};
+// The shares of the next chunk's lines requested by the end of each phase of this one, in
+// hundredths: about each phase's share of the time (scores, then the exps and sums, then V).
+constexpr int kDetAheadScores = 40, kDetAheadExp = 65;
+
+// x86/det_attn_lanes_avx512.cpp: det_attn_chunk_avx512's work for nq >= DET_ATTN_LANES_MIN queries,
+// sixteen queries to a vector; the same bits.
+#define DET_ATTN_LANES_MIN 16
+void det_attn_chunk_lanes_avx512(det_attn_rows rows, int64_t D, float scale, const det_attn_query* qs, int64_t nq,
+                                 det_attn_ahead& ahead);
