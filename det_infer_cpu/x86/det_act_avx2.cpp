@@ -22,6 +22,7 @@ DET_INL pvec p_sub(pvec a, pvec b) { return _mm256_sub_ps(a, b); }
 DET_INL pvec p_mul(pvec a, pvec b) { return _mm256_mul_ps(a, b); }
 DET_INL pvec p_div(pvec a, pvec b) { return _mm256_div_ps(a, b); }
 DET_INL pvec p_fma(pvec a, pvec b, pvec c) { return _mm256_fmadd_ps(a, b, c); }
+DET_INL pvec p_fms(pvec a, pvec b, pvec c) { return _mm256_fmsub_ps(a, b, c); }  // fma(a, b, -c)
 DET_INL pvec p_min(pvec a, pvec b) { return _mm256_min_ps(a, b); }
 DET_INL pvec p_max(pvec a, pvec b) { return _mm256_max_ps(a, b); }
 DET_INL pvec p_and(pvec a, pvec b) { return _mm256_and_ps(a, b); }

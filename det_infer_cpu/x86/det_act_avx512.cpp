@@ -25,6 +25,7 @@ DET_INL pvec p_sub(pvec a, pvec b) { return _mm512_sub_ps(a, b); }
 DET_INL pvec p_mul(pvec a, pvec b) { return _mm512_mul_ps(a, b); }
 DET_INL pvec p_div(pvec a, pvec b) { return _mm512_div_ps(a, b); }
 DET_INL pvec p_fma(pvec a, pvec b, pvec c) { return _mm512_fmadd_ps(a, b, c); }
+DET_INL pvec p_fms(pvec a, pvec b, pvec c) { return _mm512_fmsub_ps(a, b, c); }  // fma(a, b, -c)
 DET_INL pvec p_min(pvec a, pvec b) { return _mm512_min_ps(a, b); }
 DET_INL pvec p_max(pvec a, pvec b) { return _mm512_max_ps(a, b); }
 DET_INL pvec p_and(pvec a, pvec b) { return _mm512_and_ps(a, b); }

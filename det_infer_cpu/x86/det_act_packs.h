@@ -12,11 +12,11 @@
 //
 // Included inside a namespace by one file per ISA (det_act_avx2.cpp, det_act_avx512.cpp), after it
 // defines DET_INL / DET_INL_LAMBDA (inlined, with its target), kLanes, the vector types pvec and
-// pivec, and the primitives: p_add .. p_fma, p_min, p_max, bitwise p_and, p_andnot (~a & b), p_or,
-// p_xor; comparisons p_lt, p_gt, p_eq, p_ne, p_isnan giving all-ones lanes; p_blend(if_false,
-// if_true, mask); int32 p_iadd, p_isub, p_iand, p_imax, p_igt, p_ieq, p_iblend, p_shr23; p_cvtt
-// (truncating conversion), p_bits / p_float (casts), p_pow2 (2^e from bits), p_set, p_iset,
-// p_all (every lane of a mask set), p_load, p_store.
+// pivec, and the primitives: p_add .. p_fma, p_fms (a * b - c, one rounding), p_min, p_max,
+// bitwise p_and, p_andnot (~a & b), p_or, p_xor; comparisons p_lt, p_gt, p_eq, p_ne, p_isnan
+// giving all-ones lanes; p_blend(if_false, if_true, mask); int32 p_iadd, p_isub, p_iand, p_imax,
+// p_igt, p_ieq, p_iblend, p_shr23; p_cvtt (truncating conversion), p_bits / p_float (casts),
+// p_pow2 (2^e from bits), p_set, p_iset, p_all (every lane of a mask set), p_load, p_store.
 #pragma once
 
 constexpr int kPack = 4;  // vectors per pack: 2.4x one 8-lane vector's rate on Zen 4 (2: 1.6x, 6: 2.5x)
@@ -45,6 +45,7 @@ DET_PACK2(vf, sub, vf, vf, p_sub)
 DET_PACK2(vf, mul, vf, vf, p_mul)
 DET_PACK2(vf, div, vf, vf, p_div)
 DET_PACK3(vf, fma, vf, vf, vf, p_fma)
+DET_PACK3(vf, fms, vf, vf, vf, p_fms)
 DET_PACK2(vf, min_, vf, vf, p_min)
 DET_PACK2(vf, max_, vf, vf, p_max)
 DET_PACK2(vf, and_, vf, vf, p_and)
@@ -109,7 +110,7 @@ DET_INL v2 fast_two_sum(vf a, vf b) {
 }
 DET_INL v2 two_prod(vf a, vf b) {
   vf p = mul(a, b);
-  return {p, fma(a, b, neg(p))};
+  return {p, fms(a, b, p)};  // fma(a, b, -p): one op fewer
 }
 DET_INL v2 x2_mul(v2 a, v2 b) {
   v2 p = two_prod(a.hi, b.hi);

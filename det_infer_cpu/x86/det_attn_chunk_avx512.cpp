@@ -32,21 +32,6 @@ static_assert(kKeys == DET_KV_PANEL, "a vector of keys is one element of a cache
 constexpr int kGroups = kChunk / DET_REDUCE_RUN;   // slot groups: accumulators 0..15 of o and l
 constexpr int kQ = 4;                              // queries sharing one pass over V
 constexpr int kDBlock = 64;                        // dimensions of o in registers per pass
-// The chunk's key panels that hold slots u0..u1, kt[(j / 16) * 16 D + 16 d + j % 16] = slot j's
-// element d: the cache itself (§13.8 stores keys so), unless the capacity ends inside one of them;
-// then they are copied into buf, the narrow panel widened to 16 with zeros.
-DET_AVX512 const float* panels(const det_attn_rows& rows, int64_t D, int u0, int u1, std::vector<float>& buf) {
-  const int last = u1 / kKeys * kKeys;
-  if (last + kKeys <= rows.n) return rows.k;
-  buf.resize(kChunk * D);
-  for (int b = u0 / kKeys * kKeys; b < last; b += kKeys)
-    memcpy(buf.data() + b * D, rows.k + b * D, kKeys * D * sizeof(float));
-  const int64_t w = rows.n - last;
-  for (int64_t d = 0; d < D; ++d)
-    for (int t = 0; t < kKeys; ++t) buf[last * D + d * kKeys + t] = t < w ? rows.k[last * D + d * w + t] : 0.0f;
-  return buf.data();
-}
-
 // score[0..16) of kN queries for one 16-key block (its panel kt): kLive accumulators per query
 // take terms, as in det_attn_avx2.cpp's scores; the queries share each load of the panel.
 template <int kLive, int kN>
@@ -206,7 +191,7 @@ DET_AVX512 void det_attn_chunk_avx512(det_attn_rows rows, int64_t D, float scale
     det_attn_chunk_lanes_avx512(rows, D, scale, qs, nq, ahead);
     return ahead.upto(1, 1);
   }
-  scores_of(qs, nq, panels(rows, D, u0, u1, s.kt), D, u0, u1, scale, s.score.data(), ahead);
+  scores_of(qs, nq, det_attn_wide_panels(rows, D, u0, u1, s.kt), D, u0, u1, scale, s.score.data(), ahead);
   for (int64_t i = 0; i < nq; ++i) {
     ahead.upto(kDetAheadScores * nq + (kDetAheadExp - kDetAheadScores) * i, 100 * nq);
     const int j0 = (int)qs[i].j0, j1 = (int)qs[i].j1;

@@ -5,6 +5,9 @@
 
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
+
+#include <vector>
 
 #include "../det_kernels_cpu.h"
 
@@ -28,6 +31,23 @@ struct det_attn_ahead {
 // The shares of the next chunk's lines requested by the end of each phase of this one, in
 // hundredths: about each phase's share of the time (scores, then the exps and sums, then V).
 constexpr int kDetAheadScores = 40, kDetAheadExp = 65;
+
+// The chunk's key panels that hold slots u0..u1, kt[(j / 16) * 16 D + 16 d + j % 16] = slot j's
+// element d: the cache itself (§13.8 stores keys so), unless the capacity ends inside one of them;
+// then they are copied into buf, the narrow panel widened to 16 with zeros.
+inline DET_AVX512 const float* det_attn_wide_panels(const det_attn_rows& rows, int64_t D, int u0, int u1,
+                                                    std::vector<float>& buf) {
+  const int last = u1 / DET_KV_PANEL * DET_KV_PANEL;
+  if (last + DET_KV_PANEL <= rows.n) return rows.k;
+  buf.resize(DET_ATTN_CHUNK * D);
+  for (int b = u0 / DET_KV_PANEL * DET_KV_PANEL; b < last; b += DET_KV_PANEL)
+    memcpy(buf.data() + b * D, rows.k + b * D, DET_KV_PANEL * D * sizeof(float));
+  const int64_t w = rows.n - last;
+  for (int64_t d = 0; d < D; ++d)
+    for (int t = 0; t < DET_KV_PANEL; ++t)
+      buf[last * D + d * DET_KV_PANEL + t] = t < w ? rows.k[last * D + d * w + t] : 0.0f;
+  return buf.data();
+}
 
 // x86/det_attn_lanes_avx512.cpp: det_attn_chunk_avx512's work for nq >= DET_ATTN_LANES_MIN queries,
 // sixteen queries to a vector; the same bits.

@@ -40,22 +40,26 @@ struct Pass {
   const float* qt;  // (nv, D, 16): lane t of vector v holds query 16 v + t
   float* st;        // (nv, kChunk, 16): scores, then the weights e (0 where a lane does not see the slot)
   __mmask16 vis[kVecs][kChunk];  // lane t of vector v sees slot j
+  bool full[kGroups];            // every lane sees every slot of group g within u0..u1
 };
 
 // Leaf J of the dot's tree, accumulator J's chain (docs/SPEC.md §9): dims k0 + 8J .. k0 + 8J + 7
-// of each 256-block in order, fma(q, k, acc) from +0, for nv query vectors and kJ keys (key[jj]'s
-// element d at key[jj][d * w[jj]], its panel's layout, §13.8).
-template <int kV, int J>
-DET_INL void leaf(const float* qt, const float* const* key, const int64_t* w, int64_t D, __m512 (&out)[kV][kJ]) {
+// of each 256-block in order, fma(q, k, acc) from +0, for kV query vectors and kJ keys (key[jj]'s
+// element d at key[jj][16 d], its panel's layout, §13.8). kD: D when known at compile time (the
+// loops then unroll to constant offsets), else 0. Each query load serves the kJ keys from a register.
+template <int kV, int J, int kD>
+DET_INL void leaf(const float* qt, const float* const* key, int64_t D, __m512 (&out)[kV][kJ]) {
+  const int64_t Dv = kD ? kD : D;
   for (int v = 0; v < kV; ++v)
     for (int jj = 0; jj < kJ; ++jj) out[v][jj] = _mm512_setzero_ps();
-  for (int64_t k0 = 0; k0 + DET_REDUCE_RUN * J < D; k0 += DET_REDUCE_BLOCK)
+  for (int64_t k0 = 0; k0 + DET_REDUCE_RUN * J < Dv; k0 += DET_REDUCE_BLOCK)
     for (int i = 0; i < DET_REDUCE_RUN; ++i) {
       const int64_t d = k0 + DET_REDUCE_RUN * J + i;
       __m512 kb[kJ];
-      for (int jj = 0; jj < kJ; ++jj) kb[jj] = _mm512_set1_ps(key[jj][d * w[jj]]);
+      for (int jj = 0; jj < kJ; ++jj) kb[jj] = _mm512_set1_ps(key[jj][d * DET_KV_PANEL]);
       for (int v = 0; v < kV; ++v) {
-        const __m512 q = _mm512_loadu_ps(qt + (v * D + d) * kLanes);
+        __m512 q = _mm512_loadu_ps(qt + (v * Dv + d) * kLanes);
+        __asm__("" : "+v"(q));  // one load in a register for the kJ fmas, not a memory operand in each
         for (int jj = 0; jj < kJ; ++jj) out[v][jj] = _mm512_fmadd_ps(q, kb[jj], out[v][jj]);
       }
     }
@@ -65,15 +69,15 @@ DET_INL void leaf(const float* qt, const float* const* key, const int64_t* w, in
 // acc[j] += acc[j + s]), i.e. leaf J plus the subtrees J + H, added in the loop's order. Leaves
 // from kLive on took no term: their additions are skipped (the caller adds +0 once at the end).
 // Evaluated depth first, so only the partials on the path to the current leaf are live.
-template <int kLive, int kV, int J, int H>
-DET_INL void subtree(const float* qt, const float* const* key, const int64_t* w, int64_t D, __m512 (&out)[kV][kJ]) {
+template <int kLive, int kV, int kD, int J, int H>
+DET_INL void subtree(const float* qt, const float* const* key, int64_t D, __m512 (&out)[kV][kJ]) {
   if constexpr (H == DET_REDUCE_LANES) {
-    leaf<kV, J>(qt, key, w, D, out);
+    leaf<kV, J, kD>(qt, key, D, out);
   } else {
-    subtree<kLive, kV, J, 2 * H>(qt, key, w, D, out);
+    subtree<kLive, kV, kD, J, 2 * H>(qt, key, D, out);
     if constexpr (J + H < kLive) {
       __m512 r[kV][kJ];
-      subtree<kLive, kV, J + H, 2 * H>(qt, key, w, D, r);
+      subtree<kLive, kV, kD, J + H, 2 * H>(qt, key, D, r);
       for (int v = 0; v < kV; ++v)
         for (int jj = 0; jj < kJ; ++jj) out[v][jj] = _mm512_add_ps(out[v][jj], r[v][jj]);
     }
@@ -81,21 +85,19 @@ DET_INL void subtree(const float* qt, const float* const* key, const int64_t* w,
 }
 
 // Step 1's scores of every lane for the pass's slots, kJ keys at a time (a last odd key is scored
-// beside a copy of itself).
-template <int kLive, int kV>
-DET_AVX512 void scores(Pass& p, const det_attn_rows& rows, int64_t D, float scale, det_attn_ahead& ahead) {
+// beside a copy of itself); kt: the chunk's key panels, each 16 wide (det_attn_wide_panels).
+template <int kLive, int kV, int kD>
+DET_AVX512 void scores(Pass& p, const float* kt, int64_t D, float scale, det_attn_ahead& ahead) {
   const int n = p.u1 - p.u0 + 1;
   for (int j = p.u0; j <= p.u1; j += kJ) {
     ahead.upto(kDetAheadScores * (j - p.u0 + kJ), 100 * n);
     const float* key[kJ];
-    int64_t w[kJ];
     for (int jj = 0; jj < kJ; ++jj) {
-      const int64_t s = std::min(j + jj, p.u1);
-      key[jj] = rows.k + det_kv_key_at(rows.n, D, s, 0);
-      w[jj] = det_kv_panel_width(rows.n, s);
+      const int s = std::min(j + jj, p.u1);
+      key[jj] = kt + s / DET_KV_PANEL * DET_KV_PANEL * D + s % DET_KV_PANEL;
     }
     __m512 r[kV][kJ];
-    subtree<kLive, kV, 0, 1>(p.qt, key, w, D, r);
+    subtree<kLive, kV, kD, 0, 1>(p.qt, key, D, r);
     for (int v = 0; v < kV; ++v)
       for (int jj = 0; jj < kJ && j + jj <= p.u1; ++jj) {
         __m512 x = r[v][jj];
@@ -140,6 +142,23 @@ DET_AVX512 void weights(Pass& p, float* ml) {
   for (int v = 0; v < kV; ++v) _mm512_storeu_ps(ml + (2 * v + 1) * kLanes, acc[0][v]);
 }
 
+// acc = slot group a..z's fma chains fma(e_j, v_j[d], acc) for dims d0 .. d0 + kDv. Masked: only
+// where the lane sees the slot (an unseen slot's e may be anything); unmasked where every lane
+// sees every slot of the group (k registers are few: the masked loop reloads them).
+template <int kV, bool kMasked>
+DET_INL void chain(const Pass& p, const float* vrows, int64_t D, int64_t d0, int a, int z, __m512 (&acc)[kV][kDv]) {
+  for (int j = a; j <= z; ++j) {
+    __m512 e[kV];
+    for (int v = 0; v < kV; ++v) e[v] = _mm512_loadu_ps(p.st + ((int64_t)v * kChunk + j) * kLanes);
+    const float* row = vrows + j * D + d0;
+    for (int c = 0; c < kDv; ++c) {
+      const __m512 x = _mm512_set1_ps(row[c]);
+      for (int v = 0; v < kV; ++v)
+        acc[v][c] = kMasked ? _mm512_mask3_fmadd_ps(e[v], x, acc[v][c], p.vis[v][j]) : _mm512_fmadd_ps(e[v], x, acc[v][c]);
+    }
+  }
+}
+
 // Step 4 for the pass: ot[(v D + d) 16 + t] = o_d of lane t of vector v. For kDv dimensions at a
 // time, each slot group's chain fma(e_j, v_j[d], acc) from +0 over the slots the lane sees, then
 // the tree over the 16 groups, walked depth first (leaves in bit-reversed order, partials on a
@@ -158,15 +177,10 @@ DET_AVX512 void values(const Pass& p, const float* vrows, int64_t D, float* ot, 
       for (int v = 0; v < kV; ++v)
         for (int c = 0; c < kDv; ++c) acc[v][c] = _mm512_setzero_ps();
       const int a = std::max(p.u0, g * DET_REDUCE_RUN), z = std::min(p.u1, g * DET_REDUCE_RUN + DET_REDUCE_RUN - 1);
-      for (int j = a; j <= z; ++j) {  // masked: an unseen slot's e may be anything
-        __m512 e[kV];
-        for (int v = 0; v < kV; ++v) e[v] = _mm512_loadu_ps(p.st + ((int64_t)v * kChunk + j) * kLanes);
-        const float* row = vrows + j * D + d0;
-        for (int c = 0; c < kDv; ++c) {
-          const __m512 x = _mm512_set1_ps(row[c]);
-          for (int v = 0; v < kV; ++v) acc[v][c] = _mm512_mask3_fmadd_ps(e[v], x, acc[v][c], p.vis[v][j]);
-        }
-      }
+      if (p.full[g])
+        chain<kV, false>(p, vrows, D, d0, a, z, acc);
+      else
+        chain<kV, true>(p, vrows, D, d0, a, z, acc);
       for (int t = i; t & 1; t >>= 1) {  // close every subtree this leaf completes
         --sp;
         for (int v = 0; v < kV; ++v)
@@ -185,27 +199,30 @@ DET_AVX512 void values(const Pass& p, const float* vrows, int64_t D, float* ot, 
 }
 
 template <int kLive, int kV>
-DET_AVX512 void run_pass(Pass& p, const det_attn_rows& rows, int64_t D, float scale, float* ot, float* ml,
-                         det_attn_ahead& ahead) {
-  scores<kLive, kV>(p, rows, D, scale, ahead);
+DET_AVX512 void run_pass(Pass& p, const det_attn_rows& rows, const float* kt, int64_t D, float scale, float* ot,
+                         float* ml, det_attn_ahead& ahead) {
+  if (D == 8 * kLive && D <= DET_REDUCE_BLOCK)
+    scores<kLive, kV, 8 * kLive>(p, kt, D, scale, ahead);
+  else
+    scores<kLive, kV, 0>(p, kt, D, scale, ahead);
   weights<kV>(p, ml);
   ahead.upto(kDetAheadExp, 100);
   values<kV>(p, rows.v, D, ot, ahead);
 }
 
 template <int kLive>
-DET_AVX512 void run_pass_of(Pass& p, const det_attn_rows& rows, int64_t D, float scale, float* ot, float* ml,
-                            det_attn_ahead& ahead) {
+DET_AVX512 void run_pass_of(Pass& p, const det_attn_rows& rows, const float* kt, int64_t D, float scale, float* ot,
+                            float* ml, det_attn_ahead& ahead) {
   switch (p.nv) {
-    case 1: return run_pass<kLive, 1>(p, rows, D, scale, ot, ml, ahead);
-    case 2: return run_pass<kLive, 2>(p, rows, D, scale, ot, ml, ahead);
+    case 1: return run_pass<kLive, 1>(p, rows, kt, D, scale, ot, ml, ahead);
+    case 2: return run_pass<kLive, 2>(p, rows, kt, D, scale, ot, ml, ahead);
     default:
-      if constexpr (vecs_per_pass(kLive) >= 3) return run_pass<kLive, 3>(p, rows, D, scale, ot, ml, ahead);
+      if constexpr (vecs_per_pass(kLive) >= 3) return run_pass<kLive, 3>(p, rows, kt, D, scale, ot, ml, ahead);
   }
 }
 
 struct Scratch {
-  std::vector<float> qt, st, ot;
+  std::vector<float> qt, st, ot, kt;
 };
 
 }  // namespace
@@ -227,14 +244,15 @@ DET_AVX512 void det_attn_chunk_lanes_avx512(det_attn_rows rows, int64_t D, float
     p.nv = (int)std::min<int64_t>(per, nvec - v0);
     p.u0 = kChunk;
     p.u1 = -1;
-    // The pass's queries, transposed 16 x 16 at a time; lanes past nq are 0 and see no slot.
+    // The pass's queries, transposed 16 x 16 at a time; lanes past nq are 0.
     for (int v = 0; v < p.nv; ++v) {
       const int64_t i0 = (v0 + v) * kLanes;
       int32_t j0[kLanes], j1[kLanes];
       for (int t = 0; t < kLanes; ++t) {
         const bool real = i0 + t < nq;
-        j0[t] = real ? (int32_t)qs[i0 + t].j0 : kChunk;
-        j1[t] = real ? (int32_t)qs[i0 + t].j1 : -1;
+        // A lane past nq (q = 0, results dropped) sees every slot, so that groups stay full.
+        j0[t] = real ? (int32_t)qs[i0 + t].j0 : 0;
+        j1[t] = real ? (int32_t)qs[i0 + t].j1 : kChunk - 1;
         if (real) p.u0 = std::min(p.u0, j0[t]), p.u1 = std::max(p.u1, j1[t]);
       }
       for (int64_t d0 = 0; d0 < D; d0 += kLanes) {
@@ -250,15 +268,22 @@ DET_AVX512 void det_attn_chunk_lanes_avx512(det_attn_rows rows, int64_t D, float
         p.vis[v][j] = _mm512_cmple_epi32_mask(lo, jv) & _mm512_cmple_epi32_mask(jv, hi);
       }
     }
+    for (int g = 0; g < kGroups; ++g) {
+      p.full[g] = true;
+      const int a = std::max(p.u0, g * DET_REDUCE_RUN), z = std::min(p.u1, g * DET_REDUCE_RUN + DET_REDUCE_RUN - 1);
+      for (int v = 0; v < p.nv; ++v)
+        for (int j = a; j <= z; ++j) p.full[g] = p.full[g] && p.vis[v][j] == 0xffff;
+    }
     p.qt = s.qt.data();
     p.st = s.st.data();
+    const float* kt = det_attn_wide_panels(rows, D, p.u0, p.u1, s.kt);
     switch (live) {
-      case 2: run_pass_of<2>(p, rows, D, scale, s.ot.data(), ml, ahead); break;
-      case 4: run_pass_of<4>(p, rows, D, scale, s.ot.data(), ml, ahead); break;
-      case 6: run_pass_of<6>(p, rows, D, scale, s.ot.data(), ml, ahead); break;
-      case 8: run_pass_of<8>(p, rows, D, scale, s.ot.data(), ml, ahead); break;
-      case 16: run_pass_of<16>(p, rows, D, scale, s.ot.data(), ml, ahead); break;
-      default: run_pass_of<DET_REDUCE_LANES>(p, rows, D, scale, s.ot.data(), ml, ahead); break;
+      case 2: run_pass_of<2>(p, rows, kt, D, scale, s.ot.data(), ml, ahead); break;
+      case 4: run_pass_of<4>(p, rows, kt, D, scale, s.ot.data(), ml, ahead); break;
+      case 6: run_pass_of<6>(p, rows, kt, D, scale, s.ot.data(), ml, ahead); break;
+      case 8: run_pass_of<8>(p, rows, kt, D, scale, s.ot.data(), ml, ahead); break;
+      case 16: run_pass_of<16>(p, rows, kt, D, scale, s.ot.data(), ml, ahead); break;
+      default: run_pass_of<DET_REDUCE_LANES>(p, rows, kt, D, scale, s.ot.data(), ml, ahead); break;
     }
     for (int v = 0; v < p.nv; ++v) {
       const int64_t i0 = (v0 + v) * kLanes, n = std::min<int64_t>(kLanes, nq - i0);
