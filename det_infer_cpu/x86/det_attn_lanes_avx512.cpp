@@ -9,6 +9,8 @@
 // feeds up to three vectors of weights. Each lane runs exactly the contract's loops for its own
 // query: the dot's chains in order and its tree, the max in slot order, the group sums and the
 // tree over groups. Only which lane computes what changes; tests hold the bits to the loops.
+// Measured 2026-12-05 (Zen 5): one chunk of 48 queries, D = 64, 5.7 -> 3.0 ns per (key, query);
+// a 4,000-token SmolLM2-135M prefill on 2 threads 404-435 -> 556-583 tok/s.
 #include <string.h>
 
 #include <algorithm>
@@ -38,7 +40,7 @@ struct Pass {
   int nv = 0;      // query vectors
   int u0, u1;      // the slots any of their lanes sees
   const float* qt;  // (nv, D, 16): lane t of vector v holds query 16 v + t
-  float* st;        // (nv, kChunk, 16): scores, then the weights e (0 where a lane does not see the slot)
+  float* st;        // (nv, kChunk, 16): scores, then the weights e (anything where the lane does not see the slot)
   __mmask16 vis[kVecs][kChunk];  // lane t of vector v sees slot j
   bool full[kGroups];            // every lane sees every slot of group g within u0..u1
 };
