@@ -227,7 +227,7 @@ def _same_bits(a, b):
     return torch.equal(nan, torch.isnan(b)) and torch.equal(a[~nan].view(torch.int32), b[~nan].view(torch.int32))
 
 
-@pytest.mark.parametrize("D", [16, 48, 64, 80, 128, 256, 512])
+@pytest.mark.parametrize("D", [16, 32, 48, 64, 80, 128, 256, 320, 512])
 def test_engine_attention_chunk_equals_the_loops(di, D):
     """One chunk's (m, l, o) for several queries at once against the contract's loops one query at a
     time (ISA capped at ref), bit for bit. AVX-512 has two schedules: a key per lane for fewer than
@@ -248,7 +248,8 @@ def test_engine_attention_chunk_equals_the_loops(di, D):
              (77, [(0, 76), (20, 76), (76, 76)]),  # the cache's last row is slot 76
              (128, [(0, 8 * r + 7) for r in range(16) for h in range(3)]),  # a prompt's diagonal chunk
              (128, [(0, 127)] * 15 + [(5, 122), (64, 64)]),
-             (77, [((7 * i) % 40, 76 - (5 * i) % 30) for i in range(33)])]
+             (77, [((7 * i) % 40, 76 - (5 * i) % 30) for i in range(33)]),
+             (128, [(0, 127)] * 40 + [(3 * i, 127 - i) for i in range(24)])]  # 64 queries: 4 vectors
     for decades, hostile in ((0, False), (3, False), (3, True)):
         for n, ranges in cases:
             q = rand(len(ranges), D, decades=decades) * 0.3
@@ -266,5 +267,24 @@ def test_engine_attention_chunk_equals_the_loops(di, D):
                 di.ops._test_isa_cap(2)
             assert all(_same_bits(a, b) for a, b in zip(fast, ref)), (n, ranges, hostile)
             assert torch.isfinite(ref[0]).all() or hostile
+    # Signed zeros: every score far below 0 but slot 5's, whose products all round to -0 (its score is
+    # -0 when D fills the 32 accumulators, else +0: the tree adds +0 ones), so it is the max and every
+    # other weight is below 0.5; and a value column whose products then all round to -0 (o_d is +0:
+    # the 32-accumulator tree adds +0 ones).
+    q = rand(20, D).abs() * 0.1 + 0.01
+    k, v = -(rand(128, D).abs() + 1.0) * 100.0, rand(128, D)
+    k[5], v[:, 3], v[5, 3] = -1e-45, -1e-45, -0.0
+    for ranges in ([(0, 127)] * 3, [(0, 127)] * 17 + [(5, 5), (0, 9), (5, 100)]):
+        qq = q[:len(ranges)]
+        if D % 16 == 0 and _has("avx512f", "avx512dq"):
+            di.ops._test_isa_cap(2)
+        fast = _chunk(di, qq, k, v, ranges, scale)
+        di.ops._test_isa_cap(0)
+        try:
+            ref = _chunk(di, qq, k, v, ranges, scale)
+        finally:
+            di.ops._test_isa_cap(2)
+        assert all(_same_bits(a, b) for a, b in zip(fast, ref)), ranges
+        assert str(ref[0][0, 0].item()) == ("-0.0" if D >= 256 else "0.0") and str(ref[1][0, 3].item()) == "0.0"
     with pytest.raises(ValueError, match="0 <= j0 <= j1 < n"):
         _chunk(di, q[:1], k, v, [(5, 2)], scale)

@@ -70,6 +70,48 @@ def test_requests_joining_at_random_steps_get_their_solo_bits(di, mm):
         assert di.certificate.verify(mm, cert)["match"]
 
 
+def _assert_solo_bits(di, mm, req, res):
+    tokens, logprobs = alone(mm, req)
+    assert res["tokens"] == tokens
+    assert torch.equal(torch.tensor(res["logprobs"], dtype=torch.float32), logprobs)
+    score = mm.score(req.prompt[:1], req.prompt[1:], top_k=1)
+    assert torch.equal(torch.tensor(res["prompt_logprobs"], dtype=torch.float32), score.logprobs)
+    assert di.certificate.verify(mm, res["certificate"])["match"]
+
+
+def test_choices_of_one_prompt_share_its_prefill(di, mm):
+    """Requests with one prompt (an HTTP request's n choices) feed it once: the others take a copy of
+    the first one's KV state and last-row logits when its prefill is done, and each still gets its
+    solo bits (tokens, logprobs, prompt logprobs, certificate). When that first one is cancelled
+    before its prefill ends, the next one feeds the prompt and the rest copy it."""
+    prompt = list(range(10, 70))  # 60 tokens: three steps of at most 24 rows
+    reqs = [di.serving.Request(prompt=prompt, max_new=8, temperature=0.9, seed=s, logprobs=2, prompt_logprobs=1,
+                               stop_on_eos=False) for s in range(4)]
+    sched = di.serving.Scheduler(mm, max_batch=4, step_tokens=24).start()
+    try:
+        results = [h.result(timeout=120) for h in sched.submit_many(reqs[:3])]
+    finally:
+        sched.stop()
+    assert sched.prompt_rows == len(prompt)  # not 3 x 60
+    assert len({tuple(r["tokens"]) for r in results}) > 1  # the seeds drew their own tokens
+    for req, res in zip(reqs, results):
+        _assert_solo_bits(di, mm, req, res)
+    # The scheduler's steps driven here (not started): cancel the first after one step of its prefill.
+    sched = di.serving.Scheduler(mm, max_batch=4, step_tokens=24)
+    for req in reqs:
+        sched.check(req)
+    handles = [di.serving.Handle(r) for r in reqs]
+    sched._waiting.extend(handles)
+    sched._admit()
+    sched._step()
+    handles[0].cancel()
+    while sched._active:
+        sched._step()
+    assert sched.prompt_rows == 24 + len(prompt)
+    for req, h in zip(reqs[1:], handles[1:]):
+        _assert_solo_bits(di, mm, req, h.result(timeout=5))
+
+
 def test_echo_only_request_and_a_stop_string_cut(di, mm):
     sched = di.serving.Scheduler(mm, max_batch=2).start()
     try:
@@ -99,7 +141,10 @@ def test_queue_bound_cancel_and_shutdown(di, mm):
     long.cancel()  # the slot frees at the next step and the waiting request runs
     assert waiting.result(timeout=60)["tokens"] == mm.generate([5, 6], 4)
     # shutdown: a request still running when the drain time is over ends with an "error" event
-    running = sched.submit(di.serving.Request(prompt=[9], max_new=MAX_CONTEXT - 1, stop_on_eos=False))
+    # (each token waits 5 ms in its stop_text check: the tiny model alone makes 127 tokens in ~40 ms,
+    # which a fast host finished within the 50 ms drain)
+    running = sched.submit(di.serving.Request(prompt=[9], max_new=MAX_CONTEXT - 1, stop_on_eos=False,
+                                              stop_text=lambda toks: time.sleep(0.005)))
     threading.Thread(target=sched.stop, kwargs={"timeout": 0.05}).start()
     events = list(running.events(timeout=60))
     assert events[-1]["type"] == "error" and "shut down" in events[-1]["message"]

@@ -183,14 +183,14 @@ DET_AVX512 void det_attn_chunk_avx512(det_attn_rows rows, int64_t D, float scale
   int u0 = kChunk, u1 = -1;
   for (int64_t i = 0; i < nq; ++i) u0 = std::min<int>(u0, (int)qs[i].j0), u1 = std::max<int>(u1, (int)qs[i].j1);
   if (u0 > u1) return;
-  s.score.resize(nq * kChunk);
-  s.ex.resize(nq * kChunk);
-  s.group_o.resize(kQ * kGroups * D);
   det_attn_ahead ahead(next, D);
   if (nq >= DET_ATTN_LANES_MIN) {  // a prompt's rows: a query per lane
     det_attn_chunk_lanes_avx512(rows, D, scale, qs, nq, ahead);
     return ahead.upto(1, 1);
   }
+  s.score.resize(nq * kChunk);
+  s.ex.resize(nq * kChunk);
+  s.group_o.resize(kQ * kGroups * D);
   scores_of(qs, nq, det_attn_wide_panels(rows, D, u0, u1, s.kt), D, u0, u1, scale, s.score.data(), ahead);
   for (int64_t i = 0; i < nq; ++i) {
     ahead.upto(kDetAheadScores * nq + (kDetAheadExp - kDetAheadScores) * i, 100 * nq);

@@ -122,6 +122,8 @@ class _Seq:
         self.chain = []
         self.prev = seed_digest
         self.prompt_lp, self.prompt_top = [], []
+        self.leader = None    # the sequence whose prefill this one takes a copy of (same prompt), or None
+        self.followers = []   # the sequences waiting for this one's prefill
 
     @property
     def prefilling(self):
@@ -153,6 +155,7 @@ class Scheduler:
         self._stopping = False
         self._thread = None
         self.steps = 0
+        self.prompt_rows = 0  # prompt tokens fed (a request that copies another's prefill feeds none)
 
     # ---- the caller's side --------------------------------------------------------------------
     def start(self):
@@ -266,7 +269,23 @@ class Scheduler:
                 if req.max_new == 0:
                     h._emit({"type": "done", "finish_reason": "length", "tokens": [], "certificate": None})
                     continue
+            s.leader = self._leader_for(s)
+            if s.leader is not None:
+                s.leader.followers.append(s)
             self._active.append(s)
+
+    def _leader_for(self, s):
+        """An active sequence whose prefill s can copy instead of feeding its own prompt (the n choices
+        of one request, or any request with the same prompt arriving before that prefill starts): the
+        same prompt, capacity and wanted rows, not started. Its KV state and logits rows are the bits
+        s's own prefill would give (a row depends only on its sequence: docs/SPEC.md §13)."""
+        for x in self._active:
+            if (x is not s and x.leader is None and x.fed == 0 and x.req.prompt == s.req.prompt
+                    and x.state.capacity == s.state.capacity and not x.handle.cancelled
+                    and (x.req.prompt_logprobs is None) == (s.req.prompt_logprobs is None)
+                    and (x.req.max_new > 0) == (s.req.max_new > 0)):
+                return x
+        return None
 
     def _header(self, req, max_new, stops):
         return certificate.header(self.identity, req.prompt, max_new, stops,
@@ -275,13 +294,22 @@ class Scheduler:
     def _step(self):
         """One forward over every active sequence's rows, then each wanted row's token or logprobs."""
         self._active = [s for s in self._active if not s.handle.cancelled]
+        active = set(map(id, self._active))
+        for s in self._active:  # a follower whose leader is gone: the first feeds its prompt, the rest follow it
+            if s.leader is not None and id(s.leader) not in active:
+                s.leader, s.prompt_lp, s.prompt_top = None, [], []
+                s.leader = self._leader_for(s)
+                if s.leader is not None:
+                    s.leader.followers.append(s)
         rows, fed, budget = [], [], self.step_tokens  # rows: (seq, token, position, kind or None)
         for s in self._active:  # decoding sequences first: one row each
+            if s.leader is not None:  # waits for its leader's prefill
+                continue
             if not s.prefilling:
                 rows.append((s, s.tokens[-1], len(s.req.prompt) + len(s.tokens) - 1, "next"))
                 budget -= 1
         for s in self._active:  # then prompt pieces, in arrival order, while the budget lasts
-            if s.prefilling and budget > 0:
+            if s.leader is None and s.prefilling and budget > 0:
                 P, end = len(s.req.prompt), min(len(s.req.prompt), s.fed + budget)
                 for p in range(s.fed, end):
                     kind = "next" if p == P - 1 and s.req.max_new > 0 else \
@@ -308,17 +336,26 @@ class Scheduler:
             s.state.length = max(s.state.length, p + 1)
         for s, end in fed:
             s.fed = end
+        self.prompt_rows += sum(1 for s, _ in fed for r in rows if r[0] is s)
         wanted = [(s, p, kind) for s, _, p, kind in rows if kind is not None]
         for s in states:
-            try:
-                mine = [(j, p) for j, (x, p, kind) in enumerate(wanted) if x is s and kind == "prompt"]
-                if mine:
-                    self._prompt_logprobs(s, logits, mine)
-                nxt = [j for j, (x, _, kind) in enumerate(wanted) if x is s and kind == "next"]
-                if nxt:
-                    self._next_token(s, logits[nxt[0]])
-            except Exception as e:  # e.g. a stop_text callback that raised: this sequence only
-                self._finish_error(s, f"det-infer: {type(e).__name__}: {e}")
+            mine = [(j, p) for j, (x, p, kind) in enumerate(wanted) if x is s and kind == "prompt"]
+            nxt = [j for j, (x, _, kind) in enumerate(wanted) if x is s and kind == "next"]
+            done = not s.prefilling and s.followers  # the leader's prompt is in its state now
+            for x in [s] + [f for f in s.followers if not f.handle.cancelled]:
+                if x is not s and done:  # a follower takes the prompt's positions from its leader
+                    x.state.cache.copy_(s.state.cache)
+                    x.state.length, x.state.weights_version = s.state.length, s.state.weights_version
+                    x.fed, x.leader = s.fed, None
+                try:
+                    if mine:
+                        self._prompt_logprobs(x, logits, mine)
+                    if nxt:
+                        self._next_token(x, logits[nxt[0]])
+                except Exception as e:  # e.g. a stop_text callback that raised: this sequence only
+                    self._finish_error(x, f"det-infer: {type(e).__name__}: {e}")
+            if done:
+                s.followers = []
 
     def _prompt_logprobs(self, s, logits, rows):
         k = s.req.prompt_logprobs
