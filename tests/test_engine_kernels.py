@@ -227,6 +227,17 @@ def _same_bits(a, b):
     return torch.equal(nan, torch.isnan(b)) and torch.equal(a[~nan].view(torch.int32), b[~nan].view(torch.int32))
 
 
+def _fast_and_ref(di, q, k, v, ranges, scale):
+    """_chunk at the CPU's own ISA level, then with the ISA capped at ref (the contract's loops)."""
+    di.ops._test_isa_cap(2)
+    fast = _chunk(di, q, k, v, ranges, scale)
+    di.ops._test_isa_cap(0)
+    try:
+        return fast, _chunk(di, q, k, v, ranges, scale)
+    finally:
+        di.ops._test_isa_cap(2)
+
+
 @pytest.mark.parametrize("D", [16, 32, 48, 64, 80, 128, 256, 320, 512])
 def test_engine_attention_chunk_equals_the_loops(di, D):
     """One chunk's (m, l, o) for several queries at once against the contract's loops one query at a
@@ -257,14 +268,7 @@ def test_engine_attention_chunk_equals_the_loops(di, D):
             if hostile:
                 k[1, 3], k[5, :2], v[7, 4], v[9, 0] = float("inf"), float("nan"), float("-inf"), float("nan")
                 k[2], v[3] = 0.0, -0.0
-            if D % 16 == 0 and _has("avx512f", "avx512dq"):
-                di.ops._test_isa_cap(2)
-            fast = _chunk(di, q, k, v, ranges, scale)
-            di.ops._test_isa_cap(0)
-            try:
-                ref = _chunk(di, q, k, v, ranges, scale)
-            finally:
-                di.ops._test_isa_cap(2)
+            fast, ref = _fast_and_ref(di, q, k, v, ranges, scale)
             assert all(_same_bits(a, b) for a, b in zip(fast, ref)), (n, ranges, hostile)
             assert torch.isfinite(ref[0]).all() or hostile
     # Signed zeros: every score far below 0 but slot 5's, whose products all round to -0 (its score is
@@ -275,15 +279,7 @@ def test_engine_attention_chunk_equals_the_loops(di, D):
     k, v = -(rand(128, D).abs() + 1.0) * 100.0, rand(128, D)
     k[5], v[:, 3], v[5, 3] = -1e-45, -1e-45, -0.0
     for ranges in ([(0, 127)] * 3, [(0, 127)] * 17 + [(5, 5), (0, 9), (5, 100)]):
-        qq = q[:len(ranges)]
-        if D % 16 == 0 and _has("avx512f", "avx512dq"):
-            di.ops._test_isa_cap(2)
-        fast = _chunk(di, qq, k, v, ranges, scale)
-        di.ops._test_isa_cap(0)
-        try:
-            ref = _chunk(di, qq, k, v, ranges, scale)
-        finally:
-            di.ops._test_isa_cap(2)
+        fast, ref = _fast_and_ref(di, q[:len(ranges)], k, v, ranges, scale)
         assert all(_same_bits(a, b) for a, b in zip(fast, ref)), ranges
         assert str(ref[0][0, 0].item()) == ("-0.0" if D >= 256 else "0.0") and str(ref[1][0, 3].item()) == "0.0"
     with pytest.raises(ValueError, match="0 <= j0 <= j1 < n"):

@@ -66,4 +66,4 @@ DET_AVX2 void det_silu_mul_avx2(const float* gate, const float* up, float* out, 
 DET_AVX2 void det_gelu_tanh_mul_avx2(const float* gate, const float* up, float* out, int64_t n) {
   act_mul<gelu_tanh_pack>(gate, up, out, n);
 }
-DET_AVX2 void det_exp_sub_avx2(const float* s, float m, float* e, int64_t n) { exp_sub(s, m, e, n); }
+DET_AVX2 void det_exp_sub_avx2(const float* s, float m, float* e, int64_t n) { exp_sub(s, set(m), e, n); }

@@ -73,13 +73,11 @@ DET_AVX512 void det_silu_mul_avx512(const float* gate, const float* up, float* o
 DET_AVX512 void det_gelu_tanh_mul_avx512(const float* gate, const float* up, float* out, int64_t n) {
   act_mul<gelu_tanh_pack>(gate, up, out, n);
 }
-DET_AVX512 void det_exp_sub_avx512(const float* s, float m, float* e, int64_t n) { exp_sub(s, m, e, n); }
+DET_AVX512 void det_exp_sub_avx512(const float* s, float m, float* e, int64_t n) { exp_sub(s, set(m), e, n); }
 // e[16i + t] = exp(fl(s[16i + t] - m[t])) for n % 16 == 0: one m per lane (x86/det_attn_lanes_avx512.cpp
 // holds a query per lane).
 DET_AVX512 void det_exp_sub_lanes_avx512(const float* s, const float* m, float* e, int64_t n) {
   vf mv;
   for (int j = 0; j < kPack; ++j) mv.v[j] = p_load(m);
-  over_packs(n, s, nullptr, e, [&](const float* x, const float*, float* o) DET_INL_LAMBDA {
-    store(o, exp_pack(sub(load(x), mv)));
-  });
+  exp_sub(s, mv, e, n);
 }

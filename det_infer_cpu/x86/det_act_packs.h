@@ -260,8 +260,8 @@ DET_INL void act_mul(const float* gate, const float* up, float* out, int64_t n) 
   });
 }
 
-DET_INL void exp_sub(const float* s, float m, float* e, int64_t n) {
-  const vf mv = set(m);
+// e = exp(fl(s - m)), m given for each lane of a pack's vectors (one value, or one per lane).
+DET_INL void exp_sub(const float* s, vf mv, float* e, int64_t n) {
   over_packs(n, s, nullptr, e, [&](const float* x, const float*, float* o) DET_INL_LAMBDA {
     store(o, exp_pack(sub(load(x), mv)));
   });

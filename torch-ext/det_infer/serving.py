@@ -269,10 +269,14 @@ class Scheduler:
                 if req.max_new == 0:
                     h._emit({"type": "done", "finish_reason": "length", "tokens": [], "certificate": None})
                     continue
-            s.leader = self._leader_for(s)
-            if s.leader is not None:
-                s.leader.followers.append(s)
+            self._follow(s)
             self._active.append(s)
+
+    def _follow(self, s):
+        """Make s a follower of _leader_for(s), or its own leader when there is none."""
+        s.leader = self._leader_for(s)
+        if s.leader is not None:
+            s.leader.followers.append(s)
 
     def _leader_for(self, s):
         """An active sequence whose prefill s can copy instead of feeding its own prompt (the n choices
@@ -297,10 +301,8 @@ class Scheduler:
         active = set(map(id, self._active))
         for s in self._active:  # a follower whose leader is gone: the first feeds its prompt, the rest follow it
             if s.leader is not None and id(s.leader) not in active:
-                s.leader, s.prompt_lp, s.prompt_top = None, [], []
-                s.leader = self._leader_for(s)
-                if s.leader is not None:
-                    s.leader.followers.append(s)
+                s.prompt_lp, s.prompt_top = [], []
+                self._follow(s)
         rows, fed, budget = [], [], self.step_tokens  # rows: (seq, token, position, kind or None)
         for s in self._active:  # decoding sequences first: one row each
             if s.leader is not None:  # waits for its leader's prefill
