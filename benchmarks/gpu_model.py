@@ -12,7 +12,10 @@ constant fitted to the measured runs (benchmarks/gpu_runs/<date>-<card>.json):
   bytes     per weight byte streamed, scaled by SMs / SMs in use (the stream is limited per SM)
   row       per weight byte and input row beyond the first (each fma reads its x from shared
             memory: the batch and prompt cost)
-  item      per output row a warp reduces, times the input rows (the 5-shuffle tree and the emit)
+  item      per output row a warp reduces, times the input rows (the 5-shuffle tree and the emit:
+            until 2026-12-06 lane 0 wrote every input row's output in turn, an activation or a
+            residual's load and store each; since then each row's own lane does, unmeasured: the whatif
+            "epilogue per lane" counts an item once whatever its rows, the most that can save)
   attend    per context slot walked by the busiest warp (one warp per (row, query head) walks its
             whole context; units beyond the grid's warps wait for a second wave), x head_dim / 64
 and per launch a constant (host call, launch, copies). The fit is non-negative least squares on
@@ -127,7 +130,7 @@ def tile_terms(plan, cfg, geo, sms, positions, wanted, pick, distinct=False):
             nbytes = 2 * s["weight_rows"] * s["k"]
             t["bytes"] += nbytes * per_sm
             t["row"] += nbytes * (n_in - 1) * per_sm
-            t["item"] += math.ceil(s["weight_rows"] / nwarps) * n_in
+            t["item"] += math.ceil(s["weight_rows"] / nwarps) * (1 if geo.get("epilogue") == "lane" else n_in)
         elif kind == "attend":
             attend_terms(t, cfg, geo, nwarps, positions, s.get("window", 0))
     if pick:
@@ -312,6 +315,9 @@ def cmd_predict(args):
 WHATIF = (
     # (name, what changes: a geometry, constants set or scaled) — each a GPU issue's change
     ("today", "the design measured 2026-12-04", {}),
+    ("epilogue per lane (landed)", "each input row's output written by its own lane, the tree spreading the rows "
+     "over the warp (since 2026-12-06; lane 0 wrote them in turn): an item counted once whatever its rows, the most "
+     "this can save if the fitted per-row item cost is the epilogue", {"geometry": {"epilogue": "lane"}}),
     ("split attention (issue 48, as landed)", "geometry attn 32: (row, KV head, query pair, chunk) units over "
      "every warp, a fold per (row, query head) past one chunk, at the per-slot cost fitted to attn 0 (the walk that "
      "loads one key at a time)", {"geometry": {"attn": 32}}),
@@ -322,8 +328,8 @@ WHATIF = (
      "2 us of its own path)", {"phase_us": 3.0}),
     ("rows per weight read (issue 49)", "a register-tiled multi-row GEMV: the per-row cost / 8",
      {"row": 1 / 8, "item": 1 / 8}),
-    ("all", "streamed split attention, 3 us phases, rows per weight read",
-     {"geometry": {"attn": 32}, "attend": 1 / 8, "phase_us": 3.0, "row": 1 / 8, "item": 1 / 8}),
+    ("all", "the epilogue per lane, streamed split attention, 3 us phases, rows per weight read",
+     {"geometry": {"attn": 32, "epilogue": "lane"}, "attend": 1 / 8, "phase_us": 3.0, "row": 1 / 8, "item": 1 / 8}),
 )
 
 
@@ -343,7 +349,8 @@ def cmd_whatif(args):
     constants = fit(c, runs)
     cases = [("SmolLM2-135M", 1, p, 0) for p in (50, 1000, 4000, 16000)] + \
             [("Llama-3.2-1B", 1, p, 0) for p in (50, 1000, 4000)] + \
-            [("SmolLM2-135M", 16, 50, 0), ("Llama-3.2-1B", 16, 50, 0), ("SmolLM2-135M", 1, 0, 1000)]
+            [("SmolLM2-135M", 16, 50, 0), ("Llama-3.2-1B", 16, 50, 0), ("SmolLM2-135M", 1, 0, 1000),
+             ("Llama-3.2-1B", 1, 0, 1000)]
     print(f"Predicted, not measured ({c.name}; constants fitted to {c.runs}). tok/s of a decode step "
           "(batch x steps/s), or of a prefill (prompt tokens/s):")
     print("| case | " + " | ".join(name for name, _, _ in WHATIF) + " |")

@@ -127,7 +127,8 @@ struct det_mk_tile {
 };
 
 // Shared memory per block: the tile, then each warp's weight ring (ring x 32 lanes x 16 bytes),
-// then the phase area: the tile's normalized rows (tile_rows x hidden), or per warp the attention
+// then the phase area: the tile's normalized rows (tile_rows x hidden) and their norm factors
+// (tile_rows), or per warp the attention
 // scratch (scores and exps of one chunk, the running numerator), or the argmax / sampling partials.
 DET_MK_HD size_t det_mk_smem_ring_offset() { return (sizeof(det_mk_tile) + 15) / 16 * 16; }
 // Split attention's units carry up to this many query heads of one KV head (det_mk_attn_group.cuh):
@@ -142,8 +143,12 @@ DET_MK_HD size_t det_mk_attn_scratch_floats(const det_llama_model* m, int attn) 
   const size_t D = (size_t)m->head_dim;
   return attn == 0 ? 2 * 128 + D : DET_MK_ATTN_GROUP * (128 + D) + 2 * D;
 }
+// The norm factors of the tile's rows follow its normalized rows in the phase area.
+DET_MK_HD size_t det_mk_norm_factor_offset(const det_llama_model* m, int tile_rows) {
+  return (size_t)tile_rows * (size_t)m->hidden;
+}
 DET_MK_HD size_t det_mk_smem_bytes(const det_llama_model* m, const det_mk_geometry* g) {
-  size_t area = (size_t)g->tile_rows * (size_t)m->hidden;
+  size_t area = det_mk_norm_factor_offset(m, g->tile_rows) + (size_t)g->tile_rows;
   const size_t attn = (size_t)g->warps * det_mk_attn_scratch_floats(m, g->attn), argmax = 2 * (size_t)g->warps + 3;
   area = area > attn ? area : attn;
   area = area > argmax ? area : argmax;

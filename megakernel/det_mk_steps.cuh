@@ -35,11 +35,25 @@ DET_DEV void det_mk_load_rows(const det_mk_ctx& c, int nb, const int32_t* src_ro
 
 // Every block: area rows j < nb = rmsnorm(source row) * w (docs/SPEC.md §13.2), sources as in
 // det_mk_load_rows (at layer 0 the embedding, which layer 0 also writes to the residual stream).
+// A warp per row computes the row's factor (the canonical dot); then every thread of the block
+// scales its share of the elements: one round trip for the weights w, where a warp scaling a
+// whole row alone took one per 32 elements while the other warps waited.
 DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int nb, const int32_t* src_row, bool from_embed,
                               const float* w) {
+  const int64_t H = c.P->model.hidden;
+  float* factor = c.area + det_mk_norm_factor_offset(&c.P->model, c.P->geo.tile_rows);
   det_mk_load_rows(c, nb, src_row, from_embed);
-  for (int j = det_warp(); j < nb; j += det_warps())
-    det_mk_warp_rmsnorm(c.area + j * c.P->model.hidden, c.P->model.hidden, w, c.P->model.rms_eps);
+  for (int j = det_warp(); j < nb; j += det_warps()) {
+    const float* v = c.area + j * H;
+    const float r = det_rmsnorm_factor_f32(det_mk_warp_dot_f32(v, v, H), H, c.P->model.rms_eps);
+    if (det_lane() == 0) factor[j] = r;
+  }
+  det_sync_block();
+  for (int j = 0; j < nb; ++j) {
+    float* v = c.area + j * H;
+    const float r = factor[j];
+    for (int64_t k = det_thread(); k < H; k += det_threads()) v[k] = det_rmsnorm_scale_f32(v[k], r, det_ld(w + k));
+  }
   det_sync_block();
 }
 
@@ -74,15 +88,16 @@ DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, const det_step& s) {
       const int64_t n = det_mk_output(c, it);
       return n < QD ? det_mk_row{&L.wq, n} : n < QD + KVD ? det_mk_row{&L.wk, n - QD} : det_mk_row{&L.wv, n - QD - KVD};
     };
-    auto emit = [&](int64_t it, const float* y) {
-      if (det_lane() != 0) return;
+    auto emit = [&](int64_t it, float y) {  // on the lane of row b
+      const int b = det_mk_tree_row<NB>();
+      if (b < 0 || b >= nb) return;
       const int64_t n = det_mk_output(c, it);
       // Output n of q, k or v: its buffer, row length, index in the row and bias (or null).
       const bool is_q = n < QD, is_k = !is_q && n < QD + KVD;
       float* out = is_q ? ws.q : is_k ? ws.k : ws.v;
       const int64_t len = is_q ? QD : KVD, j = is_q ? n : is_k ? n - QD : n - QD - KVD;
       const float* bias = is_q ? L.bq : is_k ? L.bk : L.bv;
-      for (int b = 0; b < nb; ++b) out[b * len + j] = bias ? det_add_f32(y[b], det_ld(bias + j)) : y[b];
+      out[b * len + j] = bias ? det_add_f32(y, det_ld(bias + j)) : y;
     };
     det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, c.area, H, nb, emit);
   });
@@ -138,19 +153,17 @@ DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_
   const int nb = c.tile->n;
   det_mk_with_nb(nb, [&]<int NB>() {
     auto row = [&](int64_t it) { return det_mk_row{&s.w, det_mk_output(c, it)}; };
-    auto emit = [&](int64_t it, const float* y) {
-      if (det_lane() != 0) return;
+    auto emit = [&](int64_t it, float y) {  // on the lane of row b
+      const int b = det_mk_tree_row<NB>();
+      if (b < 0 || b >= nb) return;
       const int64_t n = det_mk_output(c, it);
-      const float bias = s.bias ? det_ld(s.bias + n) : 0.0f;
-      for (int b = 0; b < nb; ++b) {
-        const float yb = s.bias ? det_add_f32(y[b], bias) : y[b];
-        if (s.norm) {
-          out[b * H + n] = yb;
-        } else {
-          x[b * H + n] = det_add_f32(det_ld(x + b * H + n), yb);
-          if (s.scalar) x[b * H + n] = det_mul_f32(x[b * H + n], *s.scalar);
-        }
+      const float yb = s.bias ? det_add_f32(y, det_ld(s.bias + n)) : y;
+      if (s.norm) {
+        out[b * H + n] = yb;
+        return;
       }
+      const float sum = det_add_f32(det_ld(x + b * H + n), yb);
+      x[b * H + n] = s.scalar ? det_mul_f32(sum, det_ld(s.scalar)) : sum;
     };
     det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, in, s.k, nb, emit);
   });
@@ -182,15 +195,13 @@ DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, const det_step& s) {
   const int nb = c.tile->n;
   det_mk_norm_rows(c, nb, nullptr, false, L.mlp_norm);
   det_mk_with_nb(nb, [&]<int NB>() {
-    float gate[NB] = {};
+    float gate = 0.0f;  // row b's gate on its lane, until its up row comes (the next item)
     auto row = [&](int64_t it) { return det_mk_row{it % 2 ? &L.w_up : &L.w_gate, det_mk_output(c, it / 2)}; };
-    auto emit = [&](int64_t it, const float* y) {
-      if (det_lane() != 0) return;
-      const int64_t n = det_mk_output(c, it / 2);
-      for (int b = 0; b < nb; ++b) {
-        if (it % 2 == 0) gate[b] = y[b];
-        else act[b * I + n] = det_mul_f32(det_act_f32((int)m.act, gate[b]), y[b]);
-      }
+    auto emit = [&](int64_t it, float y) {  // on the lane of row b
+      const int b = det_mk_tree_row<NB>();
+      if (b < 0 || b >= nb) return;
+      if (it % 2 == 0) gate = y;
+      else act[b * I + det_mk_output(c, it / 2)] = det_mul_f32(det_act_f32((int)m.act, gate), y);
     };
     det_mk_gemv<NB>(c, 2 * det_mk_items(c, I), s.k, row, c.area, m.hidden, nb, emit);
   });
@@ -207,10 +218,9 @@ DET_DEV_NOINLINE void det_mk_phase_ple_project(const det_mk_ctx& c, const det_st
   det_mk_load_rows(c, nb, nullptr, s.reads_embedding);
   det_mk_with_nb(nb, [&]<int NB>() {
     auto row = [&](int64_t it) { return det_mk_row{&m.ple_model_proj, det_mk_output(c, it)}; };
-    auto emit = [&](int64_t it, const float* y) {
-      if (det_lane() != 0) return;
-      const int64_t n = det_mk_output(c, it);
-      for (int b = 0; b < nb; ++b) ple[b * LP + n] = det_mul_f32(y[b], scale);
+    auto emit = [&](int64_t it, float y) {  // on the lane of row b
+      const int b = det_mk_tree_row<NB>();
+      if (b >= 0 && b < nb) ple[b * LP + det_mk_output(c, it)] = det_mul_f32(y, scale);
     };
     det_mk_gemv<NB>(c, det_mk_items(c, LP), s.k, row, c.area, H, nb, emit);
   });
@@ -244,11 +254,11 @@ DET_DEV_NOINLINE void det_mk_phase_ple_gate(const det_mk_ctx& c, const det_step&
   const int nb = c.tile->n;
   det_mk_with_nb(nb, [&]<int NB>() {
     auto row = [&](int64_t it) { return det_mk_row{&L.ple_gate, det_mk_output(c, it)}; };
-    auto emit = [&](int64_t it, const float* y) {
-      if (det_lane() != 0) return;
+    auto emit = [&](int64_t it, float y) {  // on the lane of row b
+      const int b = det_mk_tree_row<NB>();
+      if (b < 0 || b >= nb) return;
       const int64_t n = det_mk_output(c, it);
-      for (int b = 0; b < nb; ++b)
-        act[b * P + n] = det_mul_f32(det_act_f32(DET_ACT_GELU_TANH, y[b]), ple[b * LP + l * P + n]);
+      act[b * P + n] = det_mul_f32(det_act_f32(DET_ACT_GELU_TANH, y), det_ld(ple + b * LP + l * P + n));
     };
     det_mk_gemv<NB>(c, det_mk_items(c, P), s.k, row, c.P->ws.x, H, nb, emit);
   });
@@ -263,10 +273,10 @@ DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c, const det_step& s) 
   det_mk_with_nb(nw, [&]<int NB>() {
     const det_matrix head = det_dense_matrix(m.lm_head);
     auto row = [&](int64_t it) { return det_mk_row{&head, det_mk_output(c, it)}; };
-    auto emit = [&](int64_t it, const float* y) {
-      if (det_lane() != 0) return;
-      const int64_t n = det_mk_output(c, it);
-      for (int j = 0; j < nw; ++j) t.dst[j][n] = m.softcap ? det_softcap_f32(y[j], *m.softcap) : y[j];
+    auto emit = [&](int64_t it, float y) {  // on the lane of wanted row j
+      const int j = det_mk_tree_row<NB>();
+      if (j < 0 || j >= nw) return;
+      t.dst[j][det_mk_output(c, it)] = m.softcap ? det_softcap_f32(y, det_ld(m.softcap)) : y;
     };
     det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, c.area, m.hidden, nw, emit);
   });

@@ -48,6 +48,39 @@ DET_DEV void det_mk_warp_tree(float (&acc)[N]) {
     det_shfl_down_combine_n(acc, N, delta, [](float a, float b) { return det_add_f32(a, b); });
 }
 
+// The canonical tree for NB (a power of two, at most 32) reductions at once, its rows spread over
+// the warp as it goes: each round pairs lane l with lane l ^ delta, as §9's tree pairs positions p
+// and p + delta (a lane's index mod 2 delta is its position). While a lane holds n > 1 rows it
+// keeps half of them (the lower half when its delta bit is clear) and gets its partner's partials
+// of that half: n / 2 shuffles a round, not n. Every sum keeps the tree's order, the lower
+// position's partial first, so each row's result is det_mk_warp_tree's. Returns, on the lanes
+// det_mk_tree_row names, the result of row det_mk_tree_row<NB>().
+template <int NB, int N = NB, int DELTA = DET_WARP / 2>
+DET_DEV float det_mk_warp_tree_rows(float (&v)[NB]) {
+  if constexpr (DELTA == 0) {
+    return v[0];
+  } else {
+    const bool hi = (det_lane() & DELTA) != 0;
+    constexpr int H = N > 1 ? N / 2 : 1;
+    float got[H];
+    for (int j = 0; j < H; ++j) got[j] = N > 1 && !hi ? v[H + j] : v[j];  // what the partner keeps
+    det_shfl_xor_n(got, H, DELTA);
+    for (int j = 0; j < H; ++j) {
+      const float mine = N > 1 && hi ? v[H + j] : v[j];
+      v[j] = hi ? det_add_f32(got[j], mine) : det_add_f32(mine, got[j]);
+    }
+    return det_mk_warp_tree_rows<NB, H, DELTA / 2>(v);
+  }
+}
+
+// The input row whose result det_mk_warp_tree_rows leaves on this lane, or -1: row r is on lanes
+// r * 32 / NB .. (r + 1) * 32 / NB - 1, and the first of them answers for it.
+template <int NB>
+DET_DEV int det_mk_tree_row() {
+  constexpr int lanes = DET_WARP / NB;
+  return det_lane() % lanes == 0 ? det_lane() / lanes : -1;
+}
+
 // Canonical dot of two fp32 vectors of length K (K % 8 == 0), returned on every lane: lane l takes
 // the runs 8l .. 8l + 7 of every block of 256 as one fma chain.
 DET_DEV float det_mk_warp_dot_f32(const float* a, const float* b, int64_t K) {
@@ -109,7 +142,9 @@ DET_DEV void det_mk_decode8(const det_mk_row& row, int64_t K, int64_t k, const d
 // aligned when dense, 4-byte when nf4), dotted with the nb input rows x + b*ldx. Weights stream
 // through the warp's ring of c.depth stages (each lane copies and later reads only its own slot,
 // so no warp barrier is needed); each weight is read once for all nb rows. After each item,
-// emit(it, y) runs on every lane with y[b] = the canonical dot, valid on lane 0.
+// emit(it, y) runs on every lane, with y the canonical dot of input row det_mk_tree_row<NB>()
+// where that is a row (>= 0): the rows' epilogues (a bias, an activation, a residual's load and
+// store) run side by side, not in turn on lane 0.
 template <int NB, class Row, class Emit>
 DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row row, const float* x,
                          int64_t ldx, int nb, Emit emit) {
@@ -155,10 +190,7 @@ DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row ro
       }
     }
     if (++s == steps) {
-      det_mk_warp_tree<NB>(acc);
-      float y[NB] = {};
-      for (int b = 0; b < NB; ++b) y[b] = acc[b];
-      emit(it, y);
+      emit(it, det_mk_warp_tree_rows<NB>(acc));
       for (int b = 0; b < NB; ++b) acc[b] = 0.0f;
       s = 0;
       ++it;

@@ -62,6 +62,10 @@ template <typename T>
 DET_DEV void det_shfl_idx_n(T* v, int n, int src) {
   for (int i = 0; i < n; ++i) v[i] = __shfl_sync(0xffffffffu, v[i], src);
 }
+template <typename T>
+DET_DEV void det_shfl_xor_n(T* v, int n, int mask) {
+  for (int i = 0; i < n; ++i) v[i] = __shfl_xor_sync(0xffffffffu, v[i], mask);
+}
 // In place, one value at a time: no second copy of v lives in registers.
 template <typename T, class F>
 DET_DEV void det_shfl_down_combine_n(T* v, int n, int delta, F f) {
@@ -165,9 +169,11 @@ uint64_t globaltimer();
 void sync_block();
 void sync_warp();
 void sync_grid(unsigned int* bar);
-// Warp exchange: every lane offers n words and receives those of lane src (src_is_delta: lane +
-// src; a lane outside the warp reads its own), as __shfl_down_sync / __shfl_sync do.
-void exchange(uint32_t* words, int n, int src, bool src_is_delta);
+// Warp exchange: every lane offers n words and receives those of lane src (DET_SHFL_IDX), lane +
+// src (DET_SHFL_DOWN: a lane outside the warp reads its own) or lane ^ src (DET_SHFL_XOR), as
+// __shfl_sync / __shfl_down_sync / __shfl_xor_sync do.
+enum { DET_SHFL_IDX = 0, DET_SHFL_DOWN = 1, DET_SHFL_XOR = 2 };
+void exchange(uint32_t* words, int n, int src, int mode);
 // Deferred async copies (DET_SIMT_MODES=async): nonzero while a launch in that mode runs.
 extern int deferred_async;
 // The work profile: nonzero while a launch that counts runs (det_simt_host.h's WorkProfile).
@@ -214,23 +220,25 @@ DET_DEV void det_work_fma(int n) {
 }
 
 template <typename T>
-DET_DEV void det_shfl_n(T* v, int n, int src, bool is_delta) {
+DET_DEV void det_shfl_n(T* v, int n, int src, int mode) {
   static_assert(sizeof(T) == 4, "warp shuffles move 32-bit values");
   uint32_t w[128];
   for (int i = 0; i < n; ++i) memcpy(&w[i], &v[i], 4);
-  det_simt_host::exchange(w, n, src, is_delta);
+  det_simt_host::exchange(w, n, src, mode);
   for (int i = 0; i < n; ++i) memcpy(&v[i], &w[i], 4);
 }
 template <typename T>
-DET_DEV void det_shfl_down_n(T* v, int n, int delta) { det_shfl_n(v, n, delta, true); }
+DET_DEV void det_shfl_down_n(T* v, int n, int delta) { det_shfl_n(v, n, delta, det_simt_host::DET_SHFL_DOWN); }
 template <typename T>
-DET_DEV void det_shfl_idx_n(T* v, int n, int src) { det_shfl_n(v, n, src, false); }
+DET_DEV void det_shfl_idx_n(T* v, int n, int src) { det_shfl_n(v, n, src, det_simt_host::DET_SHFL_IDX); }
+template <typename T>
+DET_DEV void det_shfl_xor_n(T* v, int n, int mask) { det_shfl_n(v, n, mask, det_simt_host::DET_SHFL_XOR); }
 // One exchange for all n values (one rendezvous instead of n).
 template <typename T, class F>
 DET_DEV void det_shfl_down_combine_n(T* v, int n, int delta, F f) {
   T other[128];
   for (int i = 0; i < n; ++i) other[i] = v[i];
-  det_shfl_n(other, n, delta, true);
+  det_shfl_n(other, n, delta, det_simt_host::DET_SHFL_DOWN);
   for (int i = 0; i < n; ++i) v[i] = f(v[i], other[i]);
 }
 

@@ -62,6 +62,18 @@ def test_predictions_move_the_right_way(fitted):
     assert near < wide < 16 * near and far > 5 * near  # today's attention walks the whole context
 
 
+def test_epilogue_per_lane_counts_an_item_once(fitted):
+    """The whatif of the per-lane epilogue: nothing changes at batch 1 (one row an item); at batch
+    16 and in a prompt's tiles each item counts once instead of once a row."""
+    c, _, constants = fitted
+    lane = {"epilogue": "lane"}
+    for shape, batch, prompt, faster in (("SmolLM2-135M", 1, 0, False), ("SmolLM2-135M", 16, 0, True),
+                                         ("Llama-3.2-1B", 1, 256, True)):
+        base, _ = gpu_model.predict(c, constants, shape, batch, 50, prompt)
+        new, _ = gpu_model.predict(c, constants, shape, batch, 50, prompt, geometry=lane)
+        assert (new < base) if faster else new == base, (shape, batch, prompt)
+
+
 def test_predict_from_the_shell(di):
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_model.py"), "predict", "--card", "h200",
                         "--shape", "SmolLM2-135M", "--batch", "1", "--position", "50"],

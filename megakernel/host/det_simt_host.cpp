@@ -437,7 +437,7 @@ void sync_grid(unsigned int* bar) {
 
 // Two buffers alternate: a lane can be at most one exchange ahead of the slowest lane of its warp
 // (the next exchange's rendezvous waits for it), so the buffer it writes is never one still read.
-void exchange(uint32_t* words, int n, int src, bool src_is_delta) {
+void exchange(uint32_t* words, int n, int src, int mode) {
   Launch* L = g_sched->L;
   Fiber* f = g_sched->cur;
   if (n > kMaxWords) abort();
@@ -447,7 +447,7 @@ void exchange(uint32_t* words, int n, int src, bool src_is_delta) {
   f->xphase ^= 1;
   memcpy(x.words[ph][lane], words, n * sizeof(uint32_t));
   arrive(L->warp_bar[warp]);
-  int from = src_is_delta ? lane + src : src;
+  int from = mode == DET_SHFL_DOWN ? lane + src : mode == DET_SHFL_XOR ? lane ^ src : src;
   if (from < 0 || from >= DET_WARP) from = lane;
   memcpy(words, x.words[ph][from], n * sizeof(uint32_t));
 }
