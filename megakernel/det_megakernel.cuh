@@ -10,7 +10,8 @@
 // output is computed whole by one warp (or one thread) in the contract's order: the 32
 // accumulators of docs/SPEC.md §9 are the warp's 32 lanes, each taking its run of 8 consecutive
 // elements per block of 256 (one 16-byte load of 8 bf16) as one fma chain, and the fixed tree is
-// five shuffles by 16..1 lanes. Which
+// five rounds of shuffles by 16..1 lanes (a GEMV's input rows spread over the lanes as it goes,
+// det_mk_warp_tree_rows, so each row's epilogue runs on its own lane). Which
 // warp gets which output, how many blocks and warps there are, how deep the weight ring is and
 // how many rows ride in a tile is scheduling only. Phases are separated by the grid barrier.
 //
