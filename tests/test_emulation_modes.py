@@ -150,6 +150,15 @@ def test_pinned_digests_under_strict_modes(di, tmp_path, monkeypatch):
     assert generation_digest(tokens, logits) == MODEL_DIGESTS["llama"]["generation"]
 
 
+def test_spread_tree_has_the_plain_trees_bits(exe):
+    """det_mk_warp_tree_rows (the GEMV's tree, its rows spread over the lanes) against the plain
+    5-shuffle tree for 1..32 rows of hostile values, under the default and the threads mode (ASan).
+    Keeping the wrong half of the rows at a split, or a row read from the wrong lane, prints
+    "tree mismatch" (checked by hand when the tree landed)."""
+    assert run([exe["selftest"], "tree"]).stdout == "tree ok\n"
+    assert run([exe["selftest-asan"], "tree"], "threads").stdout == "tree ok\n"
+
+
 # ---- negative controls: each mode catches what the default hides ------------------------------
 def test_a_wait_for_one_group_too_few_is_caught(exe, reference):
     # A weight ring as det_mk_gemv streams it, waiting wait_group depth - 1 + 1.

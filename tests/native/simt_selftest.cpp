@@ -11,6 +11,9 @@
 //   unwritten          reads shared memory no thread wrote: prints "unwritten zero" or "unwritten nan"
 //   grid SEEDS         the two-phase kernel across 3 blocks with its grid barrier, SEEDS schedules:
 //                      prints "grid ok" when every thread read what the other block wrote
+//   tree               det_mk_warp_tree_rows against det_mk_warp_tree for 1..32 rows of hostile
+//                      values (NaNs, infinities, signed zeros, subnormals): prints "tree ok" when
+//                      every row's result has the plain tree's bits (any NaN equal to any NaN)
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +24,7 @@
 
 #include "megakernel/host/det_simt_host.h"
 #include "megakernel/det_simt.h"
+#include "megakernel/det_mk_warp.cuh"
 
 namespace {
 
@@ -139,6 +143,54 @@ bool grid_ok(int seeds) {
 
 }  // namespace
 
+// One warp: rows of hostile values reduced by the plain tree and by the spread one.
+struct TreeArgs {
+  std::vector<uint32_t> in;  // (32 lanes, 32 rows) bit patterns
+  int mismatches = 0, checked = 0;
+};
+
+template <int NB>
+void tree_rows(TreeArgs& a) {
+  float plain[NB], spread[NB];
+  for (int b = 0; b < NB; ++b) memcpy(&plain[b], &a.in[det_lane() * 32 + b], 4);
+  memcpy(spread, plain, sizeof plain);
+  det_mk_warp_tree<NB>(plain);
+  det_mk_warp_tree_rows<NB>(spread);
+  float want[NB];  // lane 0's results, to every lane
+  memcpy(want, plain, sizeof plain);
+  det_shfl_idx_n(want, NB, 0);
+  const int r = det_mk_tree_row<NB>();
+  if (r >= 0) {
+    __atomic_fetch_add(&a.checked, 1, __ATOMIC_RELAXED);
+    const bool both_nan = spread[0] != spread[0] && want[r] != want[r];  // payloads are not the contract's (SPEC §2.4)
+    if (!both_nan && memcmp(&spread[0], &want[r], 4) != 0) __atomic_fetch_add(&a.mismatches, 1, __ATOMIC_RELAXED);
+  }
+}
+
+void tree_kernel(void* p) {
+  TreeArgs& a = *(TreeArgs*)p;
+  tree_rows<1>(a);
+  tree_rows<2>(a);
+  tree_rows<4>(a);
+  tree_rows<8>(a);
+  tree_rows<16>(a);
+  tree_rows<32>(a);
+}
+
+bool tree_ok() {
+  TreeArgs a;
+  const uint32_t hostile[] = {0x7fc00001u, 0xffc00002u, 0x7f800000u, 0xff800000u, 0x00000000u, 0x80000000u,
+                              0x00000001u, 0x80000003u, 0x3f800000u, 0xbf800000u, 0x7f7fffffu, 0xff7fffffu};
+  uint64_t x = 12345;
+  for (int i = 0; i < 32 * 32; ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    const uint32_t r = (uint32_t)(x >> 32);
+    a.in.push_back(r % 4 == 0 ? hostile[(r >> 8) % 12] : (r & 0x807fffffu) | ((100u + (r >> 24) % 50u) << 23));
+  }
+  if (det_simt_host::launch(1, 32, 0, 2, tree_kernel, &a) != 0) return false;
+  return a.mismatches == 0 && a.checked == 1 + 2 + 4 + 8 + 16 + 32;  // one lane per row
+}
+
 int main(int argc, char** argv) {
   if (argc >= 4 && strcmp(argv[1], "ring") == 0) {
     printf("ring %s\n", ring_ok(atoi(argv[2]), atoi(argv[3])) ? "ok" : "mismatch");
@@ -156,6 +208,10 @@ int main(int argc, char** argv) {
     std::set<unsigned> kinds(a.seen.begin(), a.seen.end());
     const char* what = kinds == std::set<unsigned>{0u} ? "zero" : kinds == std::set<unsigned>{2u} ? "nan" : "mixed";
     printf("unwritten %s\n", what);
+    return 0;
+  }
+  if (argc >= 2 && strcmp(argv[1], "tree") == 0) {
+    printf("tree %s\n", tree_ok() ? "ok" : "mismatch");
     return 0;
   }
   if (argc >= 3 && strcmp(argv[1], "grid") == 0) {
