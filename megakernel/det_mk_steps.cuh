@@ -44,8 +44,7 @@ DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int nb, const int32_t* src_ro
   float* factor = c.area + det_mk_norm_factor_offset(&c.P->model, c.P->geo.tile_rows);
   det_mk_load_rows(c, nb, src_row, from_embed);
   for (int j = det_warp(); j < nb; j += det_warps()) {
-    const float* v = c.area + j * H;
-    const float r = det_rmsnorm_factor_f32(det_mk_warp_dot_f32(v, v, H), H, c.P->model.rms_eps);
+    const float r = det_mk_warp_rms_factor(c.area + j * H, H, c.P->model.rms_eps);
     if (det_lane() == 0) factor[j] = r;
   }
   det_sync_block();
@@ -178,7 +177,7 @@ DET_DEV_NOINLINE void det_mk_phase_out_norm(const det_mk_ctx& c, const float* w,
   for (int64_t b = c.gwarp; b < c.tile->n; b += c.nwarps) {
     const float* y = c.P->ws.out + b * H;
     float* x = c.P->ws.x + b * H;
-    const float r = det_rmsnorm_factor_f32(det_mk_warp_dot_f32(y, y, H), H, m.rms_eps);
+    const float r = det_mk_warp_rms_factor(y, H, m.rms_eps);
     for (int64_t k = det_lane(); k < H; k += DET_WARP) {
       x[k] = det_add_f32(det_ld(x + k), det_rmsnorm_scale_f32(det_ld(y + k), r, det_ld(w + k)));
       if (scalar) x[k] = det_mul_f32(x[k], *scalar);

@@ -94,9 +94,14 @@ DET_DEV float det_mk_warp_dot_f32(const float* a, const float* b, int64_t K) {
   return acc[0];
 }
 
+// One warp: RMSNorm's factor of v[0..K) (docs/SPEC.md §13.2; K % 8 == 0), on every lane.
+DET_DEV float det_mk_warp_rms_factor(const float* v, int64_t K, float eps) {
+  return det_rmsnorm_factor_f32(det_mk_warp_dot_f32(v, v, K), K, eps);
+}
+
 // One warp: v[0..K) = rmsnorm(v) * w in place (docs/SPEC.md §13.2; K % 8 == 0).
 DET_DEV void det_mk_warp_rmsnorm(float* v, int64_t K, const float* w, float eps) {
-  const float r = det_rmsnorm_factor_f32(det_mk_warp_dot_f32(v, v, K), K, eps);
+  const float r = det_mk_warp_rms_factor(v, K, eps);
   for (int64_t k = det_lane(); k < K; k += DET_WARP) v[k] = det_rmsnorm_scale_f32(det_ld(v + k), r, det_ld(w + k));
   det_sync_warp();
 }

@@ -336,9 +336,9 @@ class Scheduler:
         self.steps += 1
         for s, _, p, _ in rows:
             s.state.length = max(s.state.length, p + 1)
+        self.prompt_rows += sum(end - s.fed for s, end in fed)
         for s, end in fed:
             s.fed = end
-        self.prompt_rows += sum(1 for s, _ in fed for r in rows if r[0] is s)
         wanted = [(s, p, kind) for s, _, p, kind in rows if kind is not None]
         for s in states:
             mine = [(j, p) for j, (x, p, kind) in enumerate(wanted) if x is s and kind == "prompt"]
