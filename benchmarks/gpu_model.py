@@ -15,7 +15,9 @@ constant fitted to the measured runs (benchmarks/gpu_runs/<date>-<card>.json):
   item      per output row a warp reduces, times the input rows (the 5-shuffle tree and the emit:
             until 2026-12-06 lane 0 wrote every input row's output in turn, an activation or a
             residual's load and store each; since then each row's own lane does, unmeasured: the whatif
-            "epilogue per lane" counts an item once whatever its rows, the most that can save)
+            "epilogue per lane" counts an item once whatever its rows, the most that can save; with
+            geometry ahead > 0 its weights were requested before the barrier, into the ring and L2:
+            an item at half the cost, an estimate of an L2 hit against a DRAM round trip)
   attend    per context slot walked by the busiest warp (one warp per (row, query head) walks its
             whole context; units beyond the grid's warps wait for a second wave), x head_dim / 64
 and per launch a constant (host call, launch, copies). The fit is non-negative least squares on
@@ -130,7 +132,8 @@ def tile_terms(plan, cfg, geo, sms, positions, wanted, pick, distinct=False):
             nbytes = 2 * s["weight_rows"] * s["k"]
             t["bytes"] += nbytes * per_sm
             t["row"] += nbytes * (n_in - 1) * per_sm
-            t["item"] += math.ceil(s["weight_rows"] / nwarps) * (1 if geo.get("epilogue") == "lane" else n_in)
+            ahead = 0.5 if geo.get("ahead") else 1.0
+            t["item"] += math.ceil(s["weight_rows"] / nwarps) * (1 if geo.get("epilogue") == "lane" else n_in) * ahead
         elif kind == "attend":
             attend_terms(t, cfg, geo, nwarps, positions, s.get("window", 0))
     if pick:
@@ -306,7 +309,7 @@ def cmd_predict(args):
     _, runs = load_runs(RUNS / c.runs)
     constants = fit(c, runs)
     s, tok_s = predict(c, constants, args.shape, args.batch, args.position, args.prompt,
-                       geometry={"attn": args.attn} if args.attn else None)
+                       geometry={"attn": args.attn, "ahead": args.ahead})
     what = f"prefill of {args.batch} x {args.prompt} tokens" if args.prompt else \
         f"decode step, batch {args.batch}, position {args.position}"
     print(f"{c.name} {args.shape} {what}: {s * 1e3:.3f} ms, predicted {tok_s:,.0f} tok/s")
@@ -324,12 +327,16 @@ WHATIF = (
     ("+ streamed keys (issue 48)", "and units that stream their keys (since 2026-12-05: 16-byte panel loads for the "
      "query heads of a KV head, trees in registers): a slot at 1/8 of today's time, an estimate",
      {"geometry": {"attn": 32}, "attend": 1 / 8}),
+    ("weights ahead (issue 50)", "geometry ahead 16: each GEMV phase's first ring stages copied, and 16 KB a "
+     "warp hinted into L2, before the barrier it waits at: an item at half its fitted cost (an L2 hit against a "
+     "DRAM round trip), an estimate", {"geometry": {"ahead": 16}}),
     ("phases of 3 us (issue 50)", "each phase's fixed latency from ~15 us to 3 us (the 1.0 us counter wait and "
      "2 us of its own path)", {"phase_us": 3.0}),
     ("rows per weight read (issue 49)", "a register-tiled multi-row GEMV: the per-row cost / 8",
      {"row": 1 / 8, "item": 1 / 8}),
-    ("all", "the epilogue per lane, streamed split attention, 3 us phases, rows per weight read",
-     {"geometry": {"attn": 32, "epilogue": "lane"}, "attend": 1 / 8, "phase_us": 3.0, "row": 1 / 8, "item": 1 / 8}),
+    ("all", "the epilogue per lane, streamed split attention, weights ahead, 3 us phases, rows per weight read",
+     {"geometry": {"attn": 32, "epilogue": "lane", "ahead": 16}, "attend": 1 / 8, "phase_us": 3.0, "row": 1 / 8,
+      "item": 1 / 8}),
 )
 
 
@@ -377,12 +384,16 @@ def main(argv=None):
     p.add_argument("--position", type=int, default=50, help="decode at this position")
     p.add_argument("--prompt", type=int, default=0, help="instead, the prefill of a prompt of this length")
     p.add_argument("--attn", type=int, default=0, help="geometry attn: 0 a warp per query head, C split attention")
+    p.add_argument("--ahead", type=int, default=0, help="geometry ahead: KB of weights a warp requests before a "
+                   "GEMV phase's barrier (0 off)")
     w = sub.add_parser("whatif", help="the GPU issues' changes, predicted")
     w.add_argument("--card", default="h200")
     args = ap.parse_args(argv)
     if args.cmd == "predict":
-        if args.batch < 1 or args.batch > 16 or args.position < 0 or args.prompt < 0 or not 0 <= args.attn <= 32:
-            sys.exit("gpu_model: --batch must be 1..16, --position and --prompt non-negative, --attn 0..32")
+        if args.batch < 1 or args.batch > 16 or args.position < 0 or args.prompt < 0 or not 0 <= args.attn <= 32 \
+                or not 0 <= args.ahead <= 256:
+            sys.exit("gpu_model: --batch must be 1..16, --position and --prompt non-negative, --attn 0..32, "
+                     "--ahead 0..256")
         return cmd_predict(args)
     if args.cmd == "whatif":
         return cmd_whatif(args)

@@ -9,6 +9,8 @@ benchmarks/gpu_model.py's prediction for the card its constants were fitted to (
   context   per-step ms at positions ~50, ~1,000 and ~4,000, batch 1 (the steps start there: the
             cache before them holds zeros, which costs the attention the same as real keys), with
             geometry attn 0 (a warp per query head) and 32 (split over the grid)
+  ahead     per-step ms at batch 1 and 16, and the long prompt's prefill, with geometry ahead 16
+            (each GEMV phase's weights requested before its barrier) beside ahead 0
   batch     per-step ms of the whole model at batch 16
   prefill   tokens/s of a 16- and a 1,000-token prompt (one launch, prompt and first pick)
   timeline  one launch with the phase timeline on (det_infer.profiling): per kind of phase, its
@@ -57,9 +59,9 @@ class Bench:
                                                             executor=self.executor, geometry=geometry)
         return self.models[(layers, attn)]
 
-    def launch(self, mm, batch, prompt_len, max_new, start=0):
+    def launch(self, mm, batch, prompt_len, max_new, start=0, ahead=0):
         """Seconds of one generate launch: batch prompts of prompt_len tokens at positions
-        start.., then max_new - 1 decode steps."""
+        start.., then max_new - 1 decode steps; ahead: the geometry's (the model's own when 0)."""
         di_ops = self.di.ops
         vocab = mm.config.vocab_size
         prompts = [[(31 * b + 7 * i) % (vocab - 3) + 3 for i in range(prompt_len)] for b in range(batch)]
@@ -70,7 +72,10 @@ class Bench:
             args[4] = [mm._new_kv(start + prompt_len + max_new).cache for _ in range(batch)]
         sync(self.device)
         t = time.perf_counter()
-        di_ops.mega_generate(*args, mm._geometry_list())
+        geometry = mm._geometry_list()
+        if ahead:
+            geometry[list(mm.geometry).index("ahead")] = ahead
+        di_ops.mega_generate(*args, geometry)
         sync(self.device)
         return time.perf_counter() - t
 
@@ -78,15 +83,15 @@ class Bench:
         f()  # warm-up
         return statistics.median(f() for _ in range(self.reps))
 
-    def step_ms(self, layers=None, batch=1, start=0, steps=64, attn=0):
+    def step_ms(self, layers=None, batch=1, start=0, steps=64, attn=0, ahead=0):
         mm = self.model(layers, attn)
-        long = self.median(lambda: self.launch(mm, batch, PROMPT_LEN, steps, start))
-        one = self.median(lambda: self.launch(mm, batch, PROMPT_LEN, 1, start))
+        long = self.median(lambda: self.launch(mm, batch, PROMPT_LEN, steps, start, ahead))
+        one = self.median(lambda: self.launch(mm, batch, PROMPT_LEN, 1, start, ahead))
         return 1e3 * (long - one) / (steps - 1)
 
-    def prefill_tok_s(self, prompt_len, attn=0):
+    def prefill_tok_s(self, prompt_len, attn=0, ahead=0):
         mm = self.model(attn=attn)
-        return prompt_len / self.median(lambda: self.launch(mm, 1, prompt_len, 1))
+        return prompt_len / self.median(lambda: self.launch(mm, 1, prompt_len, 1, ahead=ahead))
 
 
 def predictor(card):
@@ -97,22 +102,23 @@ def predictor(card):
     _, runs = gpu_model.load_runs(gpu_model.RUNS / c.runs)
     constants = gpu_model.fit(c, runs)
 
-    def step(shape, layers=None, batch=1, position=PROMPT_LEN + 31, attn=0):
+    def step(shape, layers=None, batch=1, position=PROMPT_LEN + 31, attn=0, ahead=0):
         if shape not in SHAPES:
             return None
         overrides = {"num_hidden_layers": layers} if layers else None
-        return 1e3 * gpu_model.predict(c, constants, shape, batch, position, geometry={"attn": attn},
+        return 1e3 * gpu_model.predict(c, constants, shape, batch, position, geometry={"attn": attn, "ahead": ahead},
                                        overrides=overrides)[0]
 
-    def prefill(shape, prompt, attn=0):
+    def prefill(shape, prompt, attn=0, ahead=0):
         if shape not in SHAPES:
             return None
-        return gpu_model.predict(c, constants, shape, 1, prompt=prompt, geometry={"attn": attn})[1]
+        return gpu_model.predict(c, constants, shape, 1, prompt=prompt, geometry={"attn": attn, "ahead": ahead})[1]
 
     return step, prefill
 
 
 ATTN = (0, 32)  # the attention's geometry: a warp per query head, and split over the grid (issue 48)
+AHEAD = 16  # KB a warp requests ahead of a GEMV phase, measured beside 0 (issue 50)
 
 
 def fmt(x, digits=3):
@@ -150,6 +156,12 @@ def profile(di, names, device, executor, reps, quick, card):
                   f"{fmt(pred_prefill(name, n), 0)} |", flush=True)
         print(f"| prefill, {long_prompt}-token prompt, attn 32, tok/s | {b.prefill_tok_s(long_prompt, attn=32):,.0f} | "
               f"{fmt(pred_prefill(name, long_prompt, attn=32), 0)} |", flush=True)
+        for batch in (1, 16):
+            print(f"| per step, batch {batch}, ahead {AHEAD}, ms | {b.step_ms(batch=batch, steps=steps, ahead=AHEAD):.3f} | "
+                  f"{fmt(pred_step(name, batch=batch, ahead=AHEAD))} |", flush=True)
+        print(f"| prefill, {long_prompt}-token prompt, attn 32, ahead {AHEAD}, tok/s | "
+              f"{b.prefill_tok_s(long_prompt, attn=32, ahead=AHEAD):,.0f} | "
+              f"{fmt(pred_prefill(name, long_prompt, attn=32, ahead=AHEAD), 0)} |", flush=True)
         timeline(di, b.model(), steps=4 if quick else 8)
         b.models.clear()
 

@@ -22,7 +22,8 @@
 // (Gemma) keep the O and DOWN results aside and add them in an OUT_NORM phase (rmsnorm, residual,
 // and Gemma-4's layer scalar). Gemma-4's per-layer inputs add PLE_PROJECT | PLE_FINISH | before
 // layer 0 and PLE_GATE | PLE_PROJ | OUT_NORM | at the end of each layer; its KV-sharing layers skip
-// the K and V rows and read an earlier layer's cache.
+// the K and V rows and read an earlier layer's cache. With geometry ahead, each phase ends by
+// requesting the next GEMV phase's first weights (its ring stages, and L2) before the barrier.
 //
 // Split by concern: det_mk_warp.cuh (warp primitives and the GEMV ring), det_mk_steps.cuh (the
 // steps and one tile's forward pass), and here the program loop (prefill tiles, decode steps).
@@ -109,6 +110,7 @@ DET_DEV void det_mk_run(const det_mk_params& P) {
   if (det_thread() == 0) {
     for (int s = 0; s < DET_MK_ROWS_MAX; ++s) tile->live[s] = s < p.n_seq;
     tile->syncs = 0;
+    tile->head = det_dense_matrix(P.model.lm_head);
   }
   int64_t want_seen = 0;
   for (int64_t r0 = 0; r0 < p.n_rows; r0 += P.geo.tile_rows) {

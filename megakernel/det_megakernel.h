@@ -36,7 +36,12 @@ struct det_mk_geometry {
   int attn;        // the attention's units: 0, one warp per (row, query head) walking the context;
                    // C in 1..DET_MK_ATTN_PASS_CHUNKS, (row, query head, chunk) units over the grid, then
                    // a fold per (row, query head), C chunks of 128 positions per pass
+  int ahead;       // weights ahead of their inputs: 0 off; A in 1..DET_MK_AHEAD_MAX_KB, before the barrier
+                   // a GEMV phase begins with, each warp issues its first ring stages and hints the first
+                   // A KB of its weight rows into L2 (det_mk_gemv_ahead)
 };
+
+#define DET_MK_AHEAD_MAX_KB 256
 
 // The most chunks one pass of split attention computes before its fold (the workspace holds one
 // pass): with attn 32, contexts beyond 32 x 128 = 4,096 positions take several passes.
@@ -124,6 +129,8 @@ struct det_mk_tile {
   int32_t step_seq[DET_MK_ROWS_MAX];
   int32_t step_token[DET_MK_ROWS_MAX];
   int64_t syncs;  // grid synchronizations passed (thread 0's count, for the profiling timeline)
+  det_matrix head;  // the lm_head as a dense matrix, set once: the GEMV's rows point at a det_matrix,
+                    // and one in a phase's frame would live in local memory
 };
 
 // Shared memory per block: the tile, then each warp's weight ring (ring x 32 lanes x 16 bytes),

@@ -106,6 +106,10 @@ int det_mk_check_geometry(const det_mk_geometry* g, const char** why) {
   if (g->attn < 0 || g->attn > DET_MK_ATTN_PASS_CHUNKS)
     return fail(why, DET_MK_ERR_GEOMETRY,
                 "attn must be 0 (a warp per query head) or 1..32 (chunk units and a fold, chunks per pass)");
+  if (g->ahead < 0 || g->ahead > DET_MK_AHEAD_MAX_KB)
+    return fail(why, DET_MK_ERR_GEOMETRY,
+                "ahead must be 0 (weights loaded when a phase starts) or 1..256 (KB of each warp's next weight "
+                "rows requested before the barrier)");
   return DET_MK_OK;
 }
 

@@ -75,7 +75,46 @@ DET_DEV void det_mk_embed_rows(const det_mk_ctx& c) {
 // QKV: q, k, v (rows x outputs) = normalized rows times Wq, Wk, Wv (one range of rows), plus the
 // biases when the model has them; a layer that reads another's K/V (Gemma-4) computes q only (s.n
 // outputs).
-DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, const det_step& s) {
+// The weight rows of the GEMV steps: row(it) is this warp's item it (outputs dealt round-robin,
+// det_mk_output). Built once per phase, by the phase and by det_mk_weights_ahead, so that the
+// GEMV's loop calls them without reading the context or the layer again.
+// QKV: output n of q|k|v is a row of Wq, Wk or Wv.
+struct det_mk_qkv_rows {
+  const det_llama_layer* L;
+  int64_t QD, KVD;
+  int gwarp, nwarps;
+  DET_DEV det_mk_row operator()(int64_t it) const {
+    const int64_t n = gwarp + it * nwarps;
+    return n < QD ? det_mk_row{&L->wq, n} : n < QD + KVD ? det_mk_row{&L->wk, n - QD} : det_mk_row{&L->wv, n - QD - KVD};
+  }
+};
+DET_DEV det_mk_qkv_rows det_mk_qkv_rows_of(const det_mk_ctx& c, const det_step& s) {
+  const det_llama_model& m = c.P->model;
+  const det_llama_layer* L = &m.layers[s.layer];
+  return {L, m.n_heads * L->head_dim, m.n_kv_heads * L->head_dim, c.gwarp, c.nwarps};
+}
+// MLP: per output the gate row (even items), then the up row (odd).
+struct det_mk_mlp_rows {
+  const det_llama_layer* L;
+  int gwarp, nwarps;
+  DET_DEV det_mk_row operator()(int64_t it) const { return {it % 2 ? &L->w_up : &L->w_gate, gwarp + it / 2 * nwarps}; }
+};
+// The other GEMV steps: output n is row n of one matrix (the head's is the tile's dense copy).
+struct det_mk_matrix_rows {
+  const det_matrix* w;
+  int gwarp, nwarps;
+  DET_DEV det_mk_row operator()(int64_t it) const { return {w, gwarp + it * nwarps}; }
+};
+DET_DEV det_mk_matrix_rows det_mk_matrix_rows_of(const det_mk_ctx& c, const det_step& s) {
+  const det_llama_model& m = c.P->model;
+  const det_matrix* w = s.kind == DET_STEP_RESIDUAL      ? &s.w
+                        : s.kind == DET_STEP_HEAD        ? &c.tile->head
+                        : s.kind == DET_STEP_PLE_PROJECT ? &m.ple_model_proj
+                                                         : &m.layers[s.layer].ple_gate;
+  return {w, c.gwarp, c.nwarps};
+}
+
+DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, const det_step& s, bool primed) {
   const det_llama_model& m = c.P->model;
   const det_llama_layer& L = m.layers[s.layer];
   const det_mk_workspace& ws = c.P->ws;
@@ -83,10 +122,7 @@ DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, const det_step& s) {
   const int64_t H = m.hidden, QD = m.n_heads * L.head_dim, KVD = m.n_kv_heads * L.head_dim;
   det_mk_norm_rows(c, nb, nullptr, s.reads_embedding, L.attn_norm);
   det_mk_with_nb(nb, [&]<int NB>() {
-    auto row = [&](int64_t it) {
-      const int64_t n = det_mk_output(c, it);
-      return n < QD ? det_mk_row{&L.wq, n} : n < QD + KVD ? det_mk_row{&L.wk, n - QD} : det_mk_row{&L.wv, n - QD - KVD};
-    };
+    const det_mk_qkv_rows row = det_mk_qkv_rows_of(c, s);
     auto emit = [&](int64_t it, float y) {  // on the lane of row b
       const int b = det_mk_tree_row<NB>();
       if (b < 0 || b >= nb) return;
@@ -98,7 +134,7 @@ DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, const det_step& s) {
       const float* bias = is_q ? L.bq : is_k ? L.bk : L.bv;
       out[b * len + j] = bias ? det_add_f32(y, det_ld(bias + j)) : y;
     };
-    det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, c.area, H, nb, emit);
+    det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, c.area, H, nb, emit, primed);
   });
 }
 
@@ -144,14 +180,14 @@ DET_DEV_NOINLINE void det_mk_phase_rope(const det_mk_ctx& c, int64_t l) {
 // RESIDUAL: rows of W (H x K) over the step's input rows (att or act), plus the step's bias; the
 // result is added to the residual stream (then scaled by the layer scalar, if the step has one),
 // or, when the step normalizes it first (Gemma), kept in ws.out for det_mk_phase_out_norm.
-DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_step& s) {
+DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_step& s, bool primed) {
   const int64_t H = c.P->model.hidden;
   float* x = c.P->ws.x;
   float* out = c.P->ws.out;
   const float* in = s.input == DET_IN_ATT ? c.P->ws.att : c.P->ws.act;
   const int nb = c.tile->n;
   det_mk_with_nb(nb, [&]<int NB>() {
-    auto row = [&](int64_t it) { return det_mk_row{&s.w, det_mk_output(c, it)}; };
+    const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
     auto emit = [&](int64_t it, float y) {  // on the lane of row b
       const int b = det_mk_tree_row<NB>();
       if (b < 0 || b >= nb) return;
@@ -164,7 +200,7 @@ DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_
       const float sum = det_add_f32(det_ld(x + b * H + n), yb);
       x[b * H + n] = s.scalar ? det_mul_f32(sum, det_ld(s.scalar)) : sum;
     };
-    det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, in, s.k, nb, emit);
+    det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, in, s.k, nb, emit, primed);
   });
 }
 
@@ -186,7 +222,7 @@ DET_DEV_NOINLINE void det_mk_phase_out_norm(const det_mk_ctx& c, const float* w,
 }
 
 // MLP: normalized rows; per output n the gate row then the up row, then act(gate) * up.
-DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, const det_step& s) {
+DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, const det_step& s, bool primed) {
   const det_llama_model& m = c.P->model;
   const det_llama_layer& L = m.layers[s.layer];
   const int64_t I = s.n;
@@ -195,20 +231,20 @@ DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, const det_step& s) {
   det_mk_norm_rows(c, nb, nullptr, false, L.mlp_norm);
   det_mk_with_nb(nb, [&]<int NB>() {
     float gate = 0.0f;  // row b's gate on its lane, until its up row comes (the next item)
-    auto row = [&](int64_t it) { return det_mk_row{it % 2 ? &L.w_up : &L.w_gate, det_mk_output(c, it / 2)}; };
+    const det_mk_mlp_rows row{&L, c.gwarp, c.nwarps};
     auto emit = [&](int64_t it, float y) {  // on the lane of row b
       const int b = det_mk_tree_row<NB>();
       if (b < 0 || b >= nb) return;
       if (it % 2 == 0) gate = y;
       else act[b * I + det_mk_output(c, it / 2)] = det_mul_f32(det_act_f32((int)m.act, gate), y);
     };
-    det_mk_gemv<NB>(c, 2 * det_mk_items(c, I), s.k, row, c.area, m.hidden, nb, emit);
+    det_mk_gemv<NB>(c, 2 * det_mk_items(c, I), s.k, row, c.area, m.hidden, nb, emit, primed);
   });
 }
 
 // PLE_PROJECT (Gemma-4, before layer 0; docs/SPEC.md §13.7): ws.ple (rows, n_layers * P) =
 // fl(x·Wproj * rsqrt(H)) from each block's copy of the rows (the embedded rows: reads_embedding).
-DET_DEV_NOINLINE void det_mk_phase_ple_project(const det_mk_ctx& c, const det_step& s) {
+DET_DEV_NOINLINE void det_mk_phase_ple_project(const det_mk_ctx& c, const det_step& s, bool primed) {
   const det_llama_model& m = c.P->model;
   const int nb = c.tile->n;
   const int64_t H = m.hidden, LP = s.n;
@@ -216,12 +252,12 @@ DET_DEV_NOINLINE void det_mk_phase_ple_project(const det_mk_ctx& c, const det_st
   float* ple = c.P->ws.ple;
   det_mk_load_rows(c, nb, nullptr, s.reads_embedding);
   det_mk_with_nb(nb, [&]<int NB>() {
-    auto row = [&](int64_t it) { return det_mk_row{&m.ple_model_proj, det_mk_output(c, it)}; };
+    const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
     auto emit = [&](int64_t it, float y) {  // on the lane of row b
       const int b = det_mk_tree_row<NB>();
       if (b >= 0 && b < nb) ple[b * LP + det_mk_output(c, it)] = det_mul_f32(y, scale);
     };
-    det_mk_gemv<NB>(c, det_mk_items(c, LP), s.k, row, c.area, H, nb, emit);
+    det_mk_gemv<NB>(c, det_mk_items(c, LP), s.k, row, c.area, H, nb, emit, primed);
   });
 }
 
@@ -243,7 +279,7 @@ DET_DEV_NOINLINE void det_mk_phase_ple_finish(const det_mk_ctx& c) {
 
 // PLE_GATE (Gemma-4, after the MLP): act (rows, P) = gelu(x·Wgate) * the layer's per-layer input,
 // from the residual stream itself (not normalized).
-DET_DEV_NOINLINE void det_mk_phase_ple_gate(const det_mk_ctx& c, const det_step& s) {
+DET_DEV_NOINLINE void det_mk_phase_ple_gate(const det_mk_ctx& c, const det_step& s, bool primed) {
   const det_llama_model& m = c.P->model;
   const int64_t l = s.layer;
   const det_llama_layer& L = m.layers[l];
@@ -252,32 +288,31 @@ DET_DEV_NOINLINE void det_mk_phase_ple_gate(const det_mk_ctx& c, const det_step&
   float* act = c.P->ws.act;
   const int nb = c.tile->n;
   det_mk_with_nb(nb, [&]<int NB>() {
-    auto row = [&](int64_t it) { return det_mk_row{&L.ple_gate, det_mk_output(c, it)}; };
+    const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
     auto emit = [&](int64_t it, float y) {  // on the lane of row b
       const int b = det_mk_tree_row<NB>();
       if (b < 0 || b >= nb) return;
       const int64_t n = det_mk_output(c, it);
       act[b * P + n] = det_mul_f32(det_act_f32(DET_ACT_GELU_TANH, y), det_ld(ple + b * LP + l * P + n));
     };
-    det_mk_gemv<NB>(c, det_mk_items(c, P), s.k, row, c.P->ws.x, H, nb, emit);
+    det_mk_gemv<NB>(c, det_mk_items(c, P), s.k, row, c.P->ws.x, H, nb, emit, primed);
   });
 }
 
 // HEAD: final norm of the wanted rows and the lm_head rows; logits go to the tile's destinations.
-DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c, const det_step& s) {
+DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c, const det_step& s, bool primed) {
   const det_llama_model& m = c.P->model;
   const det_mk_tile& t = *c.tile;
   const int nw = t.n_want;
   det_mk_norm_rows(c, nw, t.want_row, false, m.final_norm);
   det_mk_with_nb(nw, [&]<int NB>() {
-    const det_matrix head = det_dense_matrix(m.lm_head);
-    auto row = [&](int64_t it) { return det_mk_row{&head, det_mk_output(c, it)}; };
+    const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
     auto emit = [&](int64_t it, float y) {  // on the lane of wanted row j
       const int j = det_mk_tree_row<NB>();
       if (j < 0 || j >= nw) return;
       t.dst[j][det_mk_output(c, it)] = m.softcap ? det_softcap_f32(y, det_ld(m.softcap)) : y;
     };
-    det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, c.area, m.hidden, nw, emit);
+    det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, c.area, m.hidden, nw, emit, primed);
   });
 }
 
@@ -390,15 +425,70 @@ DET_DEV bool det_mk_rope_in_attn(const det_mk_ctx& c) {
   return distinct;
 }
 
+// ---- weights ahead of their inputs (geometry ahead) --------------------------------------------
+
+DET_DEV bool det_mk_is_gemv(int32_t kind) {
+  return kind == DET_STEP_QKV || kind == DET_STEP_MLP || kind == DET_STEP_RESIDUAL || kind == DET_STEP_HEAD ||
+         kind == DET_STEP_PLE_PROJECT || kind == DET_STEP_PLE_GATE;
+}
+
+// The step of the tile's phase after step i (i = -1: its first), skipping what det_mk_forward_tile
+// skips (EMBED, ROPE done by the attention units, HEAD without wanted rows); n_steps after the last.
+DET_DEV int64_t det_mk_next_phase(const det_mk_ctx& c, int64_t i) {
+  const det_llama_model& m = c.P->model;
+  for (int64_t j = i + 1; j < m.n_steps; ++j) {
+    const int32_t kind = m.steps[j].kind;
+    if (kind == DET_STEP_EMBED || (kind == DET_STEP_HEAD && c.tile->n_want == 0) ||
+        (kind == DET_STEP_ROPE && det_mk_rope_in_attn(c)))
+      continue;
+    return j;
+  }
+  return m.n_steps;
+}
+
+// Whether GEMV step j starts primed: with geometry ahead every phase of the tile primes the next
+// (det_mk_ahead before its last barrier), so every GEMV but the tile's first phase is.
+DET_DEV_NOINLINE bool det_mk_primed(const det_mk_ctx c, int64_t j) {
+  return c.P->geo.ahead > 0 && j != det_mk_next_phase(c, -1);
+}
+
+// The weights of GEMV step s ahead (det_mk_gemv_ahead): into the ring when ring, and the first
+// geometry-ahead KB of this warp's rows into L2.
+DET_DEV_NOINLINE void det_mk_weights_ahead(const det_mk_ctx c, const det_step& s, bool ring) {
+  const int64_t items = det_mk_items(c, s.n), l2 = (int64_t)c.P->geo.ahead * 1024;
+  if (s.kind == DET_STEP_QKV) return det_mk_gemv_ahead(c, items, s.k, det_mk_qkv_rows_of(c, s), ring, l2);
+  if (s.kind == DET_STEP_MLP)
+    return det_mk_gemv_ahead(c, 2 * items, s.k, det_mk_mlp_rows{&c.P->model.layers[s.layer], c.gwarp, c.nwarps}, ring, l2);
+  det_mk_gemv_ahead(c, items, s.k, det_mk_matrix_rows_of(c, s), ring, l2);
+}
+
+// Before the last barrier of step i's phase: the next phase's weights when it is a GEMV (ring and
+// L2); after the tile's last phase, the plan's first GEMV phase into L2 only (the next tile's or
+// decode step's; the ring is primed only for a phase of the same tile, det_mk_primed).
+DET_DEV_NOINLINE void det_mk_ahead(const det_mk_ctx c, int64_t i) {
+  if (c.P->geo.ahead == 0) return;
+  const det_llama_model& m = c.P->model;
+  const int64_t j = det_mk_next_phase(c, i);
+  if (j < m.n_steps) {
+    if (det_mk_is_gemv(m.steps[j].kind)) det_mk_weights_ahead(c, m.steps[j], true);
+    return;
+  }
+  for (int64_t f = 0; f < m.n_steps; ++f)
+    if (m.steps[f].kind != DET_STEP_EMBED) {
+      if (det_mk_is_gemv(m.steps[f].kind)) det_mk_weights_ahead(c, m.steps[f], false);
+      return;
+    }
+}
+
 DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
   const det_llama_model& m = c.P->model;
   for (int64_t i = 0; i < m.n_steps; ++i) {
     const det_step& s = m.steps[i];
     switch (s.kind) {
       case DET_STEP_EMBED: det_mk_embed_rows(c); continue;
-      case DET_STEP_PLE_PROJECT: det_mk_phase_ple_project(c, s); break;
+      case DET_STEP_PLE_PROJECT: det_mk_phase_ple_project(c, s, det_mk_primed(c, i)); break;
       case DET_STEP_PLE_FINISH: det_mk_phase_ple_finish(c); break;
-      case DET_STEP_QKV: det_mk_phase_qkv(c, s); break;
+      case DET_STEP_QKV: det_mk_phase_qkv(c, s, det_mk_primed(c, i)); break;
       case DET_STEP_ROPE:
         if (det_mk_rope_in_attn(c)) continue;
         det_mk_phase_rope(c, s.layer);
@@ -419,22 +509,24 @@ DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
           if (pass + 1 < passes) det_mk_grid_sync(c, (int32_t)(2 * i + 1));  // the fold's state, the partials
         }
         break;
-      case DET_STEP_MLP: det_mk_phase_mlp(c, s); break;
-      case DET_STEP_PLE_GATE: det_mk_phase_ple_gate(c, s); break;
+      case DET_STEP_MLP: det_mk_phase_mlp(c, s, det_mk_primed(c, i)); break;
+      case DET_STEP_PLE_GATE: det_mk_phase_ple_gate(c, s, det_mk_primed(c, i)); break;
       case DET_STEP_RESIDUAL:
-        det_mk_phase_residual_gemv(c, s);
+        det_mk_phase_residual_gemv(c, s, det_mk_primed(c, i));
         if (s.norm) {
           det_mk_grid_sync(c, (int32_t)(2 * i));
           det_mk_phase_out_norm(c, s.norm, s.scalar);
+          det_mk_ahead(c, i);
           det_mk_grid_sync(c, (int32_t)(2 * i + 1));
           continue;
         }
         break;
       case DET_STEP_HEAD:
         if (c.tile->n_want == 0) continue;
-        det_mk_phase_head(c, s);
+        det_mk_phase_head(c, s, det_mk_primed(c, i));
         break;
     }
+    det_mk_ahead(c, i);
     det_mk_grid_sync(c, (int32_t)(2 * i));
   }
 }

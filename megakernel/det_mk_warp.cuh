@@ -143,43 +143,50 @@ DET_DEV void det_mk_decode8(const det_mk_row& row, int64_t K, int64_t k, const d
   }
 }
 
+// Stage (item it, step s) of a warp's weight stream into slot `slot` of its ring: the lane's 16
+// bytes of the row (8 bf16, or 4 bytes of nf4 codes), when its columns are inside the row.
+template <class Row>
+DET_DEV void det_mk_issue_stage(det_vec_u32x4* ring, Row row, int64_t K, int64_t it, int64_t s, int64_t slot) {
+  const int64_t k = s * 8 * DET_WARP + 8 * det_lane();
+  if (k >= K) return;
+  const det_mk_row src = row(it);
+  det_vec_u32x4* dst = &ring[slot * DET_WARP + det_lane()];
+  if (src.w->bf16) det_cp_async16(dst, src.w->bf16 + src.r * K + k);
+  else det_cp_async4(dst, src.w->nf4 + (src.r * K + k) / 2);
+}
+
 // The warp's GEMV rows: item it is the weight row row(it) (a det_mk_row; K % 8 == 0, rows 16-byte
 // aligned when dense, 4-byte when nf4), dotted with the nb input rows x + b*ldx. Weights stream
 // through the warp's ring of c.depth stages (each lane copies and later reads only its own slot,
 // so no warp barrier is needed); each weight is read once for all nb rows. After each item,
 // emit(it, y) runs on every lane, with y the canonical dot of input row det_mk_tree_row<NB>()
 // where that is a row (>= 0): the rows' epilogues (a bias, an activation, a residual's load and
-// store) run side by side, not in turn on lane 0.
+// store) run side by side, not in turn on lane 0. primed: det_mk_gemv_ahead has already issued
+// (and committed) the first depth - 1 stages, before the barrier the phase began with.
 template <int NB, class Row, class Emit>
 DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row row, const float* x,
-                         int64_t ldx, int nb, Emit emit) {
+                         int64_t ldx, int nb, Emit emit, bool primed = false) {
   if (n_items <= 0) return;
   const int lane = det_lane();
   const int64_t steps = (K + 8 * DET_WARP - 1) / (8 * DET_WARP), total = n_items * steps;
   det_vec_u32x4* ring = c.ring;
   const int depth = c.depth, mask = depth - 1;
   int64_t issue_it = 0, issue_s = 0, issued = 0;
-  auto issue = [&]() {  // the next (item, step) into its ring slot, or an empty group at the end
+  auto issue = [&](bool copy) {  // the next (item, step) into its ring slot, or an empty group at the end
     if (issued < total) {
-      const int64_t k = issue_s * 8 * DET_WARP + 8 * lane;
-      if (k < K) {
-        const det_mk_row src = row(issue_it);
-        det_vec_u32x4* dst = &ring[(issued & mask) * DET_WARP + lane];
-        if (src.w->bf16) det_cp_async16(dst, src.w->bf16 + src.r * K + k);
-        else det_cp_async4(dst, src.w->nf4 + (src.r * K + k) / 2);
-      }
+      if (copy) det_mk_issue_stage(ring, row, K, issue_it, issue_s, issued & mask);
       if (++issue_s == steps) issue_s = 0, ++issue_it;
     }
     ++issued;
-    det_cp_async_commit();
+    if (copy) det_cp_async_commit();
   };
-  for (int f = 0; f < depth - 1; ++f) issue();
+  for (int f = 0; f < depth - 1; ++f) issue(!primed);
 
   float acc[NB];  // lane l is accumulator l of each input row's dot (§9)
   for (int b = 0; b < NB; ++b) acc[b] = 0.0f;
   int64_t it = 0, s = 0;
   for (int64_t f = 0; f < total; ++f) {
-    issue();
+    issue(true);
     if (depth == 4) det_cp_async_wait<3>();  // stage f has landed; depth - 1 stay in flight
     else det_cp_async_wait<1>();
     const int64_t k = s * 8 * DET_WARP + 8 * lane;
@@ -200,6 +207,32 @@ DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row ro
       s = 0;
       ++it;
     }
+  }
+}
+
+// Weights ahead of their inputs (geometry ahead > 0; docs/SPEC.md §14.3): weights never depend on
+// activations, so before the barrier a GEMV phase begins with, each warp issues that phase's
+// first depth - 1 ring stages (ring: the phase's det_mk_gemv is then called primed and counts
+// them as issued) and hints the first l2_bytes of its weight rows into L2 (prefetch.global.L2,
+// each lane a 128-byte line of 32), so the phase's first loads do not wait for DRAM. Scheduling
+// only: what lands in the ring is what the GEMV would have copied itself.
+template <class Row>
+DET_DEV void det_mk_gemv_ahead(const det_mk_ctx& c, int64_t n_items, int64_t K, Row row, bool ring, int64_t l2_bytes) {
+  if (n_items <= 0) return;
+  const int64_t steps = (K + 8 * DET_WARP - 1) / (8 * DET_WARP);
+  if (ring)
+    for (int64_t f = 0; f < c.depth - 1; ++f) {
+      if (f < n_items * steps) det_mk_issue_stage(c.ring, row, K, f / steps, f % steps, f);
+      det_cp_async_commit();
+    }
+  for (int64_t it = 0; it < n_items && l2_bytes > 0; ++it) {
+    const det_mk_row src = row(it);
+    const bool dense = src.w->bf16 != nullptr;
+    const int64_t bytes = dense ? 2 * K : K / 2;
+    const uintptr_t base = dense ? (uintptr_t)(src.w->bf16 + src.r * K) : (uintptr_t)(src.w->nf4 + src.r * K / 2);
+    for (uintptr_t a = (base & ~(uintptr_t)127) + 128 * det_lane(); a < base + bytes; a += 128 * DET_WARP)
+      det_prefetch_l2((const void*)a);
+    l2_bytes -= bytes;
   }
 }
 

@@ -75,6 +75,7 @@ def test_dry_run_report_files(dry_run):
     assert "synthetic-llama" in md and "max error (ulp)" in md
     # the new stages: the profile (its tables and the phase timeline), the peers, ncu (not run here)
     assert "## Profile" in md and "| per step, 1 layers, batch 1, ms |" in md and "| qkv |" in md
+    assert "| per step, batch 16, ahead 16, ms |" in md  # geometry ahead beside 0 (issue 50)
     assert "Phase timeline" in md and "## Peers" in md and "| tiny | 1 |" in md
     assert "## Nsight Compute" in md and "ncu: not run (dry run)" in md
 

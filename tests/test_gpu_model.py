@@ -74,6 +74,24 @@ def test_epilogue_per_lane_counts_an_item_once(fitted):
         assert (new < base) if faster else new == base, (shape, batch, prompt)
 
 
+def test_weights_ahead_halves_the_item_term_only(fitted):
+    """The whatif of geometry ahead: the item term (per output row a warp reduces) at half its
+    fitted cost, every other term unchanged, at batch 1 and 16 and in a prompt."""
+    c, _, constants = fitted
+    plan_cfg = gpu_model.shape_config("SmolLM2-135M")
+    plan = gpu_model.layer_plan(plan_cfg)
+    for batch, prompt in ((1, 0), (16, 0), (1, 256)):
+        kw = dict(first_pos=50) if not prompt else {}
+        base = gpu_model.launch_terms(plan, plan_cfg, dict(c.geometry), c.sms, batch, prompt, 0 if prompt else 1, **kw)
+        new = gpu_model.launch_terms(plan, plan_cfg, dict(c.geometry, ahead=16), c.sms, batch, prompt,
+                                     0 if prompt else 1, **kw)
+        assert new["item"] == pytest.approx(base["item"] / 2) and base["item"] > 0, (batch, prompt)
+        assert {k: v for k, v in new.items() if k != "item"} == {k: v for k, v in base.items() if k != "item"}
+    slow, _ = gpu_model.predict(c, constants, "SmolLM2-135M", 1, 50)
+    fast, _ = gpu_model.predict(c, constants, "SmolLM2-135M", 1, 50, geometry={"ahead": 16})
+    assert fast < slow
+
+
 def test_predict_from_the_shell(di):
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_model.py"), "predict", "--card", "h200",
                         "--shape", "SmolLM2-135M", "--batch", "1", "--position", "50"],

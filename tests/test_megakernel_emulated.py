@@ -1,7 +1,7 @@
 """The megakernel's device code, run on the host under SIMT emulation (megakernel/det_simt.h, one
 fiber per CUDA thread), reproduces the CPU engine's pinned digests bit for bit: across grid
-geometries (1, 2, 3 and 5 blocks; 1, 2 and 4 warps; ring depths 2 and 4; tiles of 1 to 16 rows),
-randomized fiber schedules, batch 1 and 16, single launch and one launch per step. Bad programs are
+geometries (1, 2, 3 and 5 blocks; 1, 2 and 4 warps; ring depths 2 and 4; tiles of 1 to 16 rows;
+weights requested ahead of their phase or not), randomized fiber schedules, batch 1 and 16, single launch and one launch per step. Bad programs are
 refused before launch, and a kernel with a missing barrier is caught by the schedules."""
 import subprocess
 
@@ -12,12 +12,14 @@ from det_fixtures.certification import (N_GEN, N_TEACHER, ROOT, SYNTHETIC, batch
                            logits_digest, model_dir)
 from det_fixtures.pins import MODEL_DIGESTS
 
-# (grid, warps, ring, tile_rows, schedule seed[, attn: 0 a warp per query head, C split attention])
-GEOMETRIES = [(1, 1, 2, 1, 0), (2, 2, 4, 2, 11, 1), (3, 1, 4, 16, 12), (5, 2, 2, 4, 13), (2, 4, 2, 8, 14, 32)]
+# (grid, warps, ring, tile_rows, schedule seed[, attn: 0 a warp per query head, C split attention[,
+# ahead: KB of weights requested before a GEMV phase's barrier]])
+GEOMETRIES = [(1, 1, 2, 1, 0), (2, 2, 4, 2, 11, 1), (3, 1, 4, 16, 12, 0, 4), (5, 2, 2, 4, 13, 0, 1),
+              (2, 4, 2, 8, 14, 32, 16)]
 
 
 def geometry(g):
-    return dict(zip(("grid", "warps", "ring", "tile_rows", "seed", "attn"), g))
+    return dict(zip(("grid", "warps", "ring", "tile_rows", "seed", "attn", "ahead"), g))
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,7 @@ def test_generation_digest_per_step(case):
 
 
 def test_token_by_token_and_decode_batch(case):
-    mm = case["emulated"]((2, 1, 4, 4, 22))
+    mm = case["emulated"]((2, 1, 4, 4, 22, 0, 2))
     n, V = 24, mm.config.vocab_size
     ids = case["teacher"][:n]
     solo = mm.teacher_forced_logits(ids)
@@ -69,7 +71,7 @@ def test_token_by_token_and_decode_batch(case):
 def test_batch_of_16_with_random_co_prompts(case):
     # llama's decode steps split into four tiles of 4 rows; the others ride in one tile of 16.
     tile_rows = 4 if case["name"] == "llama" else 16
-    mm = case["emulated"]((3, 2, 4, tile_rows, 30 + tile_rows))
+    mm = case["emulated"]((3, 2, 4, tile_rows, 30 + tile_rows, 0, 8))
     prompts, slot, _ = batch_with_target(f"emu-co-prompts:{case['name']}", case["prompt"], mm.config.vocab_size, 40)
     streams, logits = mm.generate_batch(prompts, max_new=N_GEN, return_logits=True)
     assert generation_digest(streams[slot], logits[slot]) == case["pins"]["generation"]
@@ -92,7 +94,7 @@ def test_stop_ids_and_lengths(case, di):
 def test_real_model_teacher_forced_digest(di, tmp_root, name):
     directory = model_dir(name, tmp_root)
     mm = di.MegaModel.from_pretrained(directory, max_context=512, executor="emulated",
-                                      geometry=geometry((4, 4, 4, 16, 5)))
+                                      geometry=geometry((4, 4, 4, 16, 5, 0, 4)))
     teacher, _ = inputs_for(name, directory, mm.config.vocab_size)
     assert logits_digest(mm.teacher_forced_logits(teacher[:N_TEACHER])) == MODEL_DIGESTS[name]["teacher_forced"]
 
@@ -117,6 +119,8 @@ def test_bad_geometry_and_executor(di, tmp_root):
         di.MegaModel.from_pretrained(directory, executor="emulated", geometry={"ring": 3})
     with pytest.raises(ValueError, match="unknown geometry field"):
         di.MegaModel.from_pretrained(directory, executor="emulated", geometry={"blocks": 3})
+    with pytest.raises(ValueError, match=r"ahead must be 0 .* or 1\.\.256"):
+        di.MegaModel.from_pretrained(directory, executor="emulated", geometry={"ahead": 257})
     with pytest.raises(ValueError, match="does not run on cpu"):
         di.MegaModel.from_pretrained(directory, executor="megakernel")
     with pytest.raises(ValueError, match="applies to the megakernel"):
@@ -130,7 +134,7 @@ def test_raw_op_refuses_bad_programs(di, tmp_root):
     mm = di.MegaModel.from_pretrained(directory, max_context=64, executor="emulated")
     state = mm.new_state(8)
     V = mm.config.vocab_size
-    geo = [2, 2, 2, 16, 0, 0]
+    geo = [2, 2, 2, 16, 0, 0, 0]
 
     def forward(tokens, positions, want=None, geo=geo):
         n = len(tokens)
@@ -148,13 +152,15 @@ def test_raw_op_refuses_bad_programs(di, tmp_root):
     with pytest.raises(ValueError, match="increasing position order"):
         forward([5, 6], [3, 3])
     with pytest.raises(ValueError, match="tile_rows must be"):
-        forward([5], [0], geo=[2, 2, 2, 3, 0, 0])
+        forward([5], [0], geo=[2, 2, 2, 3, 0, 0, 0])
     with pytest.raises(ValueError, match="warps must be"):
-        forward([5], [0], geo=[2, 0, 2, 16, 0, 0])
+        forward([5], [0], geo=[2, 0, 2, 16, 0, 0, 0])
     with pytest.raises(ValueError, match="attn must be"):
-        forward([5], [0], geo=[2, 2, 2, 16, 0, 33])
-    with pytest.raises(ValueError, match=r"geometry is \[grid, warps, ring, tile_rows, seed, attn\], got 5"):
-        forward([5], [0], geo=[2, 2, 2, 16, 0])
+        forward([5], [0], geo=[2, 2, 2, 16, 0, 33, 0])
+    with pytest.raises(ValueError, match="ahead must be 0"):
+        forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 257])
+    with pytest.raises(ValueError, match=r"geometry is \[grid, warps, ring, tile_rows, seed, attn, ahead\], got 6"):
+        forward([5], [0], geo=[2, 2, 2, 16, 0, 0])
 
 
 @pytest.mark.parametrize("head_dim,message", [(20, "multiples of 8"), (520, "head_dim up to 512")])
