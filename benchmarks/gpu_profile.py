@@ -11,6 +11,7 @@ benchmarks/gpu_model.py's prediction for the card its constants were fitted to (
             geometry attn 0 (a warp per query head) and 32 (split over the grid)
   ahead     per-step ms at batch 1 and 16, and the long prompt's prefill, with geometry ahead 16
             (each GEMV phase's weights requested before its barrier) beside ahead 0
+  barrier   per-step ms at batch 1 and 16 with geometry barrier 1 (the monotonic counter)
   batch     per-step ms of the whole model at batch 16
   prefill   tokens/s of a 16- and a 1,000-token prompt (one launch, prompt and first pick)
   timeline  one launch with the phase timeline on (det_infer.profiling): per kind of phase, its
@@ -59,9 +60,9 @@ class Bench:
                                                             executor=self.executor, geometry=geometry)
         return self.models[(layers, attn)]
 
-    def launch(self, mm, batch, prompt_len, max_new, start=0, ahead=0):
+    def launch(self, mm, batch, prompt_len, max_new, start=0, geo=None):
         """Seconds of one generate launch: batch prompts of prompt_len tokens at positions
-        start.., then max_new - 1 decode steps; ahead: the geometry's (the model's own when 0)."""
+        start.., then max_new - 1 decode steps; geo: geometry fields set for this launch only."""
         di_ops = self.di.ops
         vocab = mm.config.vocab_size
         prompts = [[(31 * b + 7 * i) % (vocab - 3) + 3 for i in range(prompt_len)] for b in range(batch)]
@@ -73,8 +74,8 @@ class Bench:
         sync(self.device)
         t = time.perf_counter()
         geometry = mm._geometry_list()
-        if ahead:
-            geometry[list(mm.geometry).index("ahead")] = ahead
+        for key, value in (geo or {}).items():
+            geometry[list(mm.geometry).index(key)] = value
         di_ops.mega_generate(*args, geometry)
         sync(self.device)
         return time.perf_counter() - t
@@ -83,15 +84,15 @@ class Bench:
         f()  # warm-up
         return statistics.median(f() for _ in range(self.reps))
 
-    def step_ms(self, layers=None, batch=1, start=0, steps=64, attn=0, ahead=0):
+    def step_ms(self, layers=None, batch=1, start=0, steps=64, attn=0, **geo):
         mm = self.model(layers, attn)
-        long = self.median(lambda: self.launch(mm, batch, PROMPT_LEN, steps, start, ahead))
-        one = self.median(lambda: self.launch(mm, batch, PROMPT_LEN, 1, start, ahead))
+        long = self.median(lambda: self.launch(mm, batch, PROMPT_LEN, steps, start, geo))
+        one = self.median(lambda: self.launch(mm, batch, PROMPT_LEN, 1, start, geo))
         return 1e3 * (long - one) / (steps - 1)
 
-    def prefill_tok_s(self, prompt_len, attn=0, ahead=0):
+    def prefill_tok_s(self, prompt_len, attn=0, **geo):
         mm = self.model(attn=attn)
-        return prompt_len / self.median(lambda: self.launch(mm, 1, prompt_len, 1, ahead=ahead))
+        return prompt_len / self.median(lambda: self.launch(mm, 1, prompt_len, 1, geo=geo))
 
 
 def predictor(card):
@@ -102,17 +103,17 @@ def predictor(card):
     _, runs = gpu_model.load_runs(gpu_model.RUNS / c.runs)
     constants = gpu_model.fit(c, runs)
 
-    def step(shape, layers=None, batch=1, position=PROMPT_LEN + 31, attn=0, ahead=0):
+    def step(shape, layers=None, batch=1, position=PROMPT_LEN + 31, attn=0, **geo):
         if shape not in SHAPES:
             return None
         overrides = {"num_hidden_layers": layers} if layers else None
-        return 1e3 * gpu_model.predict(c, constants, shape, batch, position, geometry={"attn": attn, "ahead": ahead},
+        return 1e3 * gpu_model.predict(c, constants, shape, batch, position, geometry=dict(geo, attn=attn),
                                        overrides=overrides)[0]
 
-    def prefill(shape, prompt, attn=0, ahead=0):
+    def prefill(shape, prompt, attn=0, **geo):
         if shape not in SHAPES:
             return None
-        return gpu_model.predict(c, constants, shape, 1, prompt=prompt, geometry={"attn": attn, "ahead": ahead})[1]
+        return gpu_model.predict(c, constants, shape, 1, prompt=prompt, geometry=dict(geo, attn=attn))[1]
 
     return step, prefill
 
@@ -162,6 +163,9 @@ def profile(di, names, device, executor, reps, quick, card):
         print(f"| prefill, {long_prompt}-token prompt, attn 32, ahead {AHEAD}, tok/s | "
               f"{b.prefill_tok_s(long_prompt, attn=32, ahead=AHEAD):,.0f} | "
               f"{fmt(pred_prefill(name, long_prompt, attn=32, ahead=AHEAD), 0)} |", flush=True)
+        for batch in (1, 16):
+            print(f"| per step, batch {batch}, barrier 1, ms | {b.step_ms(batch=batch, steps=steps, barrier=1):.3f} | "
+                  f"{fmt(pred_step(name, batch=batch, barrier=1))} |", flush=True)
         timeline(di, b.model(), steps=4 if quick else 8)
         b.models.clear()
 

@@ -39,6 +39,8 @@ struct det_mk_geometry {
   int ahead;       // weights ahead of their inputs: 0 off; A in 1..DET_MK_AHEAD_MAX_KB, before the barrier
                    // a GEMV phase begins with, each warp issues its first ring stages and hints the first
                    // A KB of its weight rows into L2 (det_mk_gemv_ahead)
+  int barrier;     // the grid barrier: 0 the generation barrier (det_sync_grid), 1 the monotonic
+                   // arrival counter (det_sync_grid_counter)
 };
 
 #define DET_MK_AHEAD_MAX_KB 256
@@ -98,7 +100,7 @@ struct det_mk_workspace {
   float* sample_e;        // (rows, vocab) the sampler's weights e (det_sample.h)
   int32_t* sample_heap;   // (rows, vocab)
   int32_t* next_token;   // (DET_MK_ROWS_MAX,) each sequence's latest argmax
-  unsigned int* barrier; // (2,) the grid barrier; zero before launch
+  unsigned int* barrier; // (2,) the grid barrier (geometry barrier 1: one 64-bit count); zero before launch
   // Split attention (geometry attn > 0): per (row, query head) and chunk of the pass, the chunk's
   // (m, l) then o[0..head_dim); and the fold's running (m, l, O) between passes.
   float* attn_part;      // (rows, heads, DET_MK_ATTN_PASS_CHUNKS, head_dim + 2)
@@ -128,7 +130,7 @@ struct det_mk_tile {
   int n_step;
   int32_t step_seq[DET_MK_ROWS_MAX];
   int32_t step_token[DET_MK_ROWS_MAX];
-  int64_t syncs;  // grid synchronizations passed (thread 0's count, for the profiling timeline)
+  int64_t syncs;  // grid synchronizations passed (thread 0's count: the profiling timeline, the monotonic barrier)
   det_matrix head;  // the lm_head as a dense matrix, set once: the GEMV's rows point at a det_matrix,
                     // and one in a phase's frame would live in local memory
 };

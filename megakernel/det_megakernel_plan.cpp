@@ -110,6 +110,9 @@ int det_mk_check_geometry(const det_mk_geometry* g, const char** why) {
     return fail(why, DET_MK_ERR_GEOMETRY,
                 "ahead must be 0 (weights loaded when a phase starts) or 1..256 (KB of each warp's next weight "
                 "rows requested before the barrier)");
+  if (g->barrier != 0 && g->barrier != 1)
+    return fail(why, DET_MK_ERR_GEOMETRY,
+                "barrier must be 0 (the generation barrier) or 1 (the monotonic arrival counter)");
   return DET_MK_OK;
 }
 

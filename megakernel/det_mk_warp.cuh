@@ -18,9 +18,10 @@ struct det_mk_ctx {
 };
 
 // The grid barrier after a phase, tagged for the profiling timeline (det_mk_program::timeline).
-// Only thread 0 stamps, so only it counts the synchronizations (in the tile, shared memory: a
-// counter in the context would live in local memory, which the phases' references put it in).
-DET_DEV void det_mk_grid_sync(const det_mk_ctx& c, int32_t tag) {
+// Only thread 0 stamps and counts the synchronizations (in the tile, shared memory: a counter in the
+// context would live in local memory, which the phases' references put it in); the count also gives
+// the monotonic barrier (geometry barrier 1) the arrivals that complete this one.
+DET_DEV_NOINLINE void det_mk_grid_sync(const det_mk_ctx& c, int32_t tag) {
   const det_mk_program& p = c.P->prog;
   uint64_t* slot = nullptr;
   if (p.timeline) {
@@ -32,9 +33,12 @@ DET_DEV void det_mk_grid_sync(const det_mk_ctx& c, int32_t tag) {
       if (det_block() == 0) p.timeline_tag[j] = tag;
     }
   }
-  det_sync_grid(c.P->ws.barrier);
+  if (c.P->geo.barrier)
+    det_sync_grid_counter(c.P->ws.barrier, det_thread() == 0 ? (uint64_t)(c.tile->syncs + 1) * det_blocks() : 0);
+  else
+    det_sync_grid(c.P->ws.barrier);
   if (slot) slot[1] = det_globaltimer();
-  if (p.timeline && det_thread() == 0) ++c.tile->syncs;
+  if (det_thread() == 0) ++c.tile->syncs;
 }
 
 // ---- warp building blocks ---------------------------------------------------------------------

@@ -9,6 +9,8 @@
 //   det_sync_grid(bar) the grid barrier (integer atomics on the GPU; on the host a rendezvous of
 //                      every fiber, or with DET_SIMT_MODES=threads the GPU's algorithm between OS
 //                      threads); all blocks must be resident (cooperative launch)
+//   det_sync_grid_counter(bar, arrivals)  the same by a monotonic 64-bit arrival count (never
+//                      reset): thread 0 passes the count that completes this barrier
 //   det_shfl_down_n(v, n, d) / det_shfl_idx_n(v, n, src)  warp shuffles of n 32-bit values
 //   det_shfl_down_combine_n(v, n, d, f)  v[i] = f(v[i], v[i] of lane + d), all lanes at once
 //   det_smem()         the block's dynamic shared memory
@@ -109,6 +111,25 @@ DET_DEV void det_sync_grid(unsigned int* bar) {
   __syncthreads();
 }
 
+// The monotonic grid barrier: bar[0..1] is one 64-bit arrival count (8-byte aligned, zero before
+// launch), never reset. Each block adds 1 (a reduction: nothing waits for its result) and waits
+// until the count reaches `arrivals` (thread 0's: the grid times the barriers its block has passed,
+// this one included): one atomic a block, where det_sync_grid's last arrival also resets the count
+// and bumps the generation behind a fence before anyone may leave (an H200: 0.99 us against 1.82
+// for 132 blocks, ../shared/gpu/2026-12-04-h200/sync_bench.md). The fences are det_sync_grid's
+// first and last (megakernel/host/det_grid_barrier.h).
+DET_DEV void det_sync_grid_counter(unsigned int* bar, unsigned long long arrivals) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long* count = (unsigned long long*)bar;
+    __threadfence();
+    atomicAdd(count, 1ull);
+    while (*(volatile unsigned long long*)count < arrivals) __nanosleep(20);
+    __threadfence();
+  }
+  __syncthreads();
+}
+
 // A hint: the 128-byte line holding p into L2 (no value, no fault, no effect on any result).
 DET_DEV void det_prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 
@@ -168,7 +189,7 @@ unsigned char* smem();
 uint64_t globaltimer();
 void sync_block();
 void sync_warp();
-void sync_grid(unsigned int* bar);
+void sync_grid(unsigned int* bar, unsigned long long arrivals);  // arrivals 0: the generation barrier
 // Warp exchange: every lane offers n words and receives those of lane src (DET_SHFL_IDX), lane +
 // src (DET_SHFL_DOWN: a lane outside the warp reads its own) or lane ^ src (DET_SHFL_XOR), as
 // __shfl_sync / __shfl_down_sync / __shfl_xor_sync do.
@@ -194,7 +215,10 @@ DET_DEV int det_block() { return det_simt_host::block_idx(); }
 DET_DEV int det_blocks() { return det_simt_host::grid_dim(); }
 DET_DEV void det_sync_block() { det_simt_host::sync_block(); }
 DET_DEV void det_sync_warp() { det_simt_host::sync_warp(); }
-DET_DEV void det_sync_grid(unsigned int* bar) { det_simt_host::sync_grid(bar); }
+DET_DEV void det_sync_grid(unsigned int* bar) { det_simt_host::sync_grid(bar, 0); }
+DET_DEV void det_sync_grid_counter(unsigned int* bar, unsigned long long arrivals) {
+  det_simt_host::sync_grid(bar, arrivals);
+}
 DET_DEV unsigned char* det_smem() { return det_simt_host::smem(); }
 DET_DEV uint64_t det_globaltimer() { return det_simt_host::globaltimer(); }
 DET_DEV bool det_simt_counting() { return __atomic_load_n(&det_simt_host::work_counting, __ATOMIC_RELAXED) != 0; }

@@ -76,6 +76,7 @@ def test_dry_run_report_files(dry_run):
     # the new stages: the profile (its tables and the phase timeline), the peers, ncu (not run here)
     assert "## Profile" in md and "| per step, 1 layers, batch 1, ms |" in md and "| qkv |" in md
     assert "| per step, batch 16, ahead 16, ms |" in md  # geometry ahead beside 0 (issue 50)
+    assert "| per step, batch 1, barrier 1, ms |" in md  # the monotonic barrier (issue 50)
     assert "Phase timeline" in md and "## Peers" in md and "| tiny | 1 |" in md
     assert "## Nsight Compute" in md and "ncu: not run (dry run)" in md
 

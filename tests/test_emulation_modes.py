@@ -6,11 +6,11 @@ emulation in a negative control:
   (the megakernel itself, built with DET_SIMT_TEST_WAIT_SLACK=1) or a reported use-after-poison.
 - smem: shared memory exactly sized and filled with seeded NaN words. One byte read past the end is
   an AddressSanitizer report; a read of unwritten shared memory gives NaN, not zero.
-- threads: a thread per block and the GPU's grid barrier in real atomics and fences
-  (det_grid_barrier.h), under ThreadSanitizer, plainly, and on aarch64 under qemu-user. The
-  barrier with any one of its three fences left out is a reported data race, in a synthetic kernel,
-  in the megakernel and in the litmus test (tests/native/grid_barrier_litmus.cpp), which is also
-  stressed over real threads on both hosts.
+- threads: a thread per block and the GPU's grid barriers (the generation barrier and the monotonic
+  counter of geometry barrier 1) in real atomics and fences (det_grid_barrier.h), under
+  ThreadSanitizer, plainly, and on aarch64 under qemu-user. A barrier with any one of its fences
+  left out is a reported data race, in a synthetic kernel, in the megakernel and in the litmus test
+  (tests/native/grid_barrier_litmus.cpp), which is also stressed over real threads on both hosts.
 The megakernel runs small synthetic layouts (tests/native/emulation_modes.cpp) and must give the
 default emulation's digests under every mode, on x86 and on aarch64; the built extension reproduces
 the pinned digests under DET_SIMT_MODES=strict."""
@@ -185,13 +185,18 @@ def test_a_read_past_shared_memory_is_reported(exe):
 @pytest.mark.parametrize("drop", [1, 2, 3])
 def test_the_grid_barrier_without_a_fence_is_reported(exe, drop):
     """F1 (before the arrival), F2 (before the generation bump), F3 (after the wait): each one's
-    absence is a data race under TSan, in a two-phase kernel, the megakernel and the litmus test."""
+    absence is a data race under TSan, in a two-phase kernel, the megakernel (case 0's geometry:
+    the generation barrier) and the litmus test. F1 and F3 are the monotonic counter's fences too
+    (geometry barrier 1: case 1; the litmus test's `counter`), which has no F2."""
     clean = run([exe["selftest-tsan"], "grid", 3], "threads", DET_GRID_BARRIER_TEST_DROP="0")
     assert clean.returncode == 0 and clean.stdout == "grid ok\n" and "ThreadSanitizer" not in clean.stderr
     tsan = dict(DET_GRID_BARRIER_TEST_DROP=str(drop), TSAN_OPTIONS="halt_on_error=1")
-    for cmd, modes in (([exe["selftest-tsan"], "grid", 3], "threads"),
-                       ([exe["modes-tsan"], "--cases=1", "threads"], "threads"),
-                       ([exe["litmus-tsan"], 4, 200, 5], None)):
+    cases = [([exe["selftest-tsan"], "grid", 3], "threads"), ([exe["modes-tsan"], "--cases=0", "threads"], "threads"),
+             ([exe["litmus-tsan"], 4, 200, 5], None)]
+    if drop != 2:
+        cases += [([exe["modes-tsan"], "--cases=1", "threads"], "threads"),
+                  ([exe["litmus-tsan"], 4, 200, 5, "counter"], None)]
+    for cmd, modes in cases:
         r = run(cmd, modes, **tsan)
         assert r.returncode != 0 and "ThreadSanitizer: data race" in r.stderr, (cmd, r.stdout, r.stderr[-3000:])
 
@@ -200,11 +205,12 @@ def test_grid_barrier_litmus(exe):
     """The barrier as written passes the litmus test under TSan (happens-before) and stressed over
     real threads (as many rounds as 1.5 s allows, up to a million) on x86 and on aarch64 under
     qemu-user."""
-    r = run([exe["litmus-tsan"], 4, 300, 5], DET_GRID_BARRIER_TEST_DROP="0")
-    assert r.returncode == 0 and r.stdout.startswith("litmus ok") and "ThreadSanitizer" not in r.stderr, r.stderr
+    for kind in ([], ["counter"]):  # the generation barrier, the monotonic counter
+        r = run([exe["litmus-tsan"], 4, 300, 5, *kind], DET_GRID_BARRIER_TEST_DROP="0")
+        assert r.returncode == 0 and r.stdout.startswith("litmus ok") and "ThreadSanitizer" not in r.stderr, r.stderr
     hosts = [[exe["litmus"]]] + ([["qemu-aarch64", exe["litmus-a64"]]] if have_aarch64() else [])
-    for threads in (2, 4, 8):
+    for threads, kind in ((2, []), (4, []), (8, []), (3, ["counter"]), (8, ["counter"])):
         for cmd in hosts:
-            out = run([*cmd, threads, 1000000, 1.5]).stdout
+            out = run([*cmd, threads, 1000000, 1.5, *kind]).stdout
             m = re.fullmatch(r"litmus ok \d+ threads (\d+) rounds\n", out)
             assert m and int(m.group(1)) >= 100, (cmd, out)

@@ -92,6 +92,17 @@ def test_weights_ahead_halves_the_item_term_only(fitted):
     assert fast < slow
 
 
+def test_monotonic_barrier_saves_the_measured_difference_per_phase(fitted):
+    """Geometry barrier 1: every phase (each ends at a grid barrier) shorter by the H200's measured
+    difference between the two barriers, nothing else changed."""
+    c, _, constants = fitted
+    cfg = gpu_model.shape_config("SmolLM2-135M")
+    terms = gpu_model.launch_terms(gpu_model.layer_plan(cfg), cfg, dict(c.geometry), c.sms, 1, 0, 1, first_pos=50)
+    base, _ = gpu_model.predict(c, constants, "SmolLM2-135M", 1, 50)
+    new, _ = gpu_model.predict(c, constants, "SmolLM2-135M", 1, 50, geometry={"barrier": 1})
+    assert terms["phase"] > 100 and base - new == pytest.approx(terms["phase"] * gpu_model.COUNTER_SAVES_S)
+
+
 def test_predict_from_the_shell(di):
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_model.py"), "predict", "--card", "h200",
                         "--shape", "SmolLM2-135M", "--batch", "1", "--position", "50"],

@@ -1,5 +1,5 @@
-// det_grid_barrier.h: the GPU's grid barrier (megakernel/det_simt.h, the thread-0 part of
-// det_sync_grid) written line for line in C++ atomics, so that the host can run it between real OS
+// det_grid_barrier.h: the GPU's grid barriers (megakernel/det_simt.h, the thread-0 part of
+// det_sync_grid and det_sync_grid_counter) written line for line in C++ atomics, so that the host can run it between real OS
 // threads: the SIMT emulation's thread-per-block mode (det_simt_host.cpp, DET_SIMT_MODES=threads)
 // and the litmus test (tests/native/grid_barrier_litmus.cpp) both call this function.
 //
@@ -81,6 +81,37 @@ inline bool det_grid_barrier_impl(unsigned int* bar, unsigned int blocks, GiveUp
   return true;
 }
 
+// The monotonic grid barrier (det_simt.h's det_sync_grid_counter, geometry barrier 1): one 64-bit
+// arrival count, never reset; a block adds its arrival and waits until the count reaches
+// `arrivals` (blocks x the barriers this block has passed, this one included):
+//   F1                                  // this block's writes before its arrival
+//   count++                             // relaxed RMW (a reduction on the GPU)
+//   while (count < arrivals) yield      // relaxed loads
+//   F3                                  // every arrival before this block's reads
+// Under TSan, as above: F1 makes the arrival a release, F3 the arrival and the waiting loads
+// acquires. The same Drop values (1 and 3; there is no reset, so no F2) leave a fence out.
+template <int Drop, class GiveUp>
+inline bool det_grid_counter_impl(unsigned long long* count, unsigned long long arrivals, GiveUp give_up) {
+  constexpr bool f1 = Drop != 1, f3 = Drop != 3;
+#if defined(DET_GRID_BARRIER_TSAN)
+  constexpr bool fences = false;
+  constexpr int arrive_order = f1 ? (f3 ? __ATOMIC_ACQ_REL : __ATOMIC_RELEASE)
+                                  : (f3 ? __ATOMIC_ACQUIRE : __ATOMIC_RELAXED);
+  constexpr int wait_order = f3 ? __ATOMIC_ACQUIRE : __ATOMIC_RELAXED;
+#else
+  constexpr bool fences = true;
+  constexpr int arrive_order = __ATOMIC_RELAXED, wait_order = __ATOMIC_RELAXED;
+#endif
+  if constexpr (fences && f1) __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  __atomic_fetch_add(count, 1ull, arrive_order);
+  while (__atomic_load_n(count, wait_order) < arrivals) {
+    if (give_up()) return false;
+    sched_yield();
+  }
+  if constexpr (fences && f3) __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  return true;
+}
+
 // Thread 0 of a block, between two block barriers: waits until all `blocks` blocks have arrived.
 // bar[0] counts arrivals, bar[1] is the generation (both zero before the first use). give_up() is
 // polled while waiting; when it returns true the wait is abandoned and false returned (a deadlock
@@ -96,4 +127,20 @@ inline bool det_grid_barrier(unsigned int* bar, unsigned int blocks, GiveUp give
   }
 #endif
   return det_grid_barrier_impl<DET_GRID_BARRIER_TEST_DROP < 0 ? 0 : DET_GRID_BARRIER_TEST_DROP>(bar, blocks, give_up);
+}
+
+// The same wait by the monotonic counter (bar[0..1] one 64-bit count, 8-byte aligned, zero before
+// the first use): returns once the count has reached `arrivals`.
+template <class GiveUp>
+inline bool det_grid_counter(unsigned int* bar, unsigned long long arrivals, GiveUp give_up) {
+  unsigned long long* count = reinterpret_cast<unsigned long long*>(bar);
+#if DET_GRID_BARRIER_TEST_DROP < 0
+  switch (det_grid_barrier_drop) {
+    case 1: return det_grid_counter_impl<1>(count, arrivals, give_up);
+    case 3: return det_grid_counter_impl<3>(count, arrivals, give_up);
+    default: break;
+  }
+#endif
+  return det_grid_counter_impl<DET_GRID_BARRIER_TEST_DROP < 0 ? 0 : DET_GRID_BARRIER_TEST_DROP>(count, arrivals,
+                                                                                              give_up);
 }

@@ -161,7 +161,7 @@ struct Launch {
   std::vector<WarpExchange> xch;                        // per warp
   unsigned char* stacks = nullptr;
   size_t stacks_bytes = 0;
-  unsigned int own_bar[2] = {0, 0};  // threads mode, for a kernel that passes no barrier words
+  alignas(8) unsigned int own_bar[2] = {0, 0};  // threads mode, for a kernel that passes no barrier words
   int stuck = 0, exited = 0;         // threads mode: blocks deadlocked, blocks finished (atomics)
   size_t smem_bytes = 0;
   WorkProfile* work = nullptr;       // counting, or null
@@ -339,10 +339,11 @@ void land(Fiber* f, int64_t below) {
   f->copies.erase(f->copies.begin(), f->copies.begin() + n);
 }
 
-// Thread 0's part of the grid barrier in threads mode; false when the launch can never finish.
-bool grid_barrier(Launch& L, unsigned int* bar) {
+// Thread 0's part of the grid barrier in threads mode (the generation barrier, or with arrivals > 0
+// the monotonic one); false when the launch can never finish.
+bool grid_barrier(Launch& L, unsigned int* bar, unsigned long long arrivals) {
   time_t first_exit = 0;
-  return det_grid_barrier(bar ? bar : L.own_bar, (unsigned)L.grid, [&]() {
+  auto give_up = [&]() {
     // Relaxed: giving up must not add a happens-before edge that TSan would then not check.
     if (__atomic_load_n(&L.stuck, __ATOMIC_RELAXED)) return true;
     // A block that finished while this one waits: normal on the last barrier for a moment (the
@@ -350,7 +351,9 @@ bool grid_barrier(Launch& L, unsigned int* bar) {
     if (!__atomic_load_n(&L.exited, __ATOMIC_RELAXED)) return false;
     if (!first_exit) first_exit = time(nullptr);
     return time(nullptr) - first_exit > 3;
-  });
+  };
+  unsigned int* words = bar ? bar : L.own_bar;
+  return arrivals ? det_grid_counter(words, arrivals, give_up) : det_grid_barrier(words, (unsigned)L.grid, give_up);
 }
 
 int parse_modes() {
@@ -422,13 +425,13 @@ void sync_warp() {
   arrive(L->warp_bar[(g_sched->cur->bid * L->block + g_sched->cur->tid) / DET_WARP]);
 }
 
-void sync_grid(unsigned int* bar) {
+void sync_grid(unsigned int* bar, unsigned long long arrivals) {
   Launch* L = g_sched->L;
   ++g_sched->cur->phase;  // the work after this barrier is the next phase's (counted by this thread)
   if (!(L->modes & kThreads)) return arrive(L->grid_bar);
   // As on the GPU: the block meets, thread 0 meets the other blocks, the block meets again.
   sync_block();
-  if (g_sched->cur->tid == 0 && !grid_barrier(*L, bar)) {
+  if (g_sched->cur->tid == 0 && !grid_barrier(*L, bar, arrivals)) {
     Fiber* self = g_sched->cur;
     to_scheduler(self);  // parked: never runnable again, so this block ends unfinished
   }

@@ -11,13 +11,18 @@
 // lets its reads run ahead of the others' writes, shows as a stale value (and, under TSan, as a data
 // race). A barrier that hangs is stopped by an alarm. Buffer k % 2 is next written in round k + 2,
 // after barrier k + 1, which every reader of round k must have reached first.
-//   grid_barrier_litmus THREADS ROUNDS    prints "litmus ok" or "litmus FAILED <stale reads>"
+//   grid_barrier_litmus THREADS ROUNDS [SECONDS [counter]]   prints "litmus ok" or "litmus FAILED
+//   <stale reads>"; with `counter`, the monotonic barrier (det_grid_counter) instead of the
+//   generation barrier
 // A test build with -DDET_GRID_BARRIER_TEST_DROP=-1 takes the fence to leave out from the
 // environment (DET_GRID_BARRIER_TEST_DROP=1, 2 or 3): the negative control.
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
+
+#include <string>
 
 #include <chrono>
 #include <thread>
@@ -31,7 +36,15 @@ int det_grid_barrier_drop = getenv("DET_GRID_BARRIER_TEST_DROP") ? atoi(getenv("
 
 namespace {
 
-unsigned int g_bar[2];
+alignas(8) unsigned int g_bar[2];
+bool g_counter = false;  // the monotonic barrier
+
+// A thread's next barrier; passed: the barriers it has passed (the monotonic one waits for T each).
+void barrier(unsigned int T, unsigned long long& passed) {
+  ++passed;
+  if (g_counter) det_grid_counter(g_bar, passed * T, [] { return false; });
+  else det_grid_barrier(g_bar, T, [] { return false; });
+}
 long g_stale = 0;      // atomic
 int g_stop = 0;        // atomic: the last round, once thread 0 has chosen it
 int g_rounds_run = 0;  // written by thread 0 at the end
@@ -47,6 +60,7 @@ void on_alarm(int) {
 int main(int argc, char** argv) {
   const int T = argc > 1 ? atoi(argv[1]) : 4, rounds = argc > 2 ? atoi(argv[2]) : 10000;
   const double seconds = argc > 3 ? atof(argv[3]) : 2.0;
+  g_counter = argc > 4 && std::string(argv[4]) == "counter";
   if (T < 2 || rounds < 2) return 1;
   signal(SIGALRM, on_alarm);
   alarm(60 + (unsigned)seconds);
@@ -56,13 +70,14 @@ int main(int argc, char** argv) {
   for (int t = 0; t < T; ++t)
     threads.emplace_back([&data, &start, t, T, rounds, seconds]() {
       long stale = 0;
+      unsigned long long passed = 0;
       for (int k = 0;; ++k) {
         unsigned int* buf = data.data() + (size_t)(k & 1) * T;
         buf[t] = (unsigned)k * (unsigned)T + (unsigned)t + 1u;
-        det_grid_barrier(g_bar, (unsigned)T, [] { return false; });
+        barrier((unsigned)T, passed);
         for (int u = 0; u < T; ++u) stale += buf[u] != (unsigned)k * (unsigned)T + (unsigned)u + 1u;
         // A second barrier every third round varies the spacing between the writes and the reads.
-        if (k % 3 == 2) det_grid_barrier(g_bar, (unsigned)T, [] { return false; });
+        if (k % 3 == 2) barrier((unsigned)T, passed);
         // Thread 0 ends the run after the next round (at the round count or the time limit); the
         // next barrier carries its decision to every thread before they check it again.
         const int stop = __atomic_load_n(&g_stop, __ATOMIC_RELAXED);
@@ -80,8 +95,12 @@ int main(int argc, char** argv) {
   for (auto& t : threads) t.join();
   const int n = g_rounds_run;
   const unsigned int passes = (unsigned)n + (unsigned)(n / 3);
-  if (g_stale || g_bar[0] != 0 || g_bar[1] != passes) {
-    printf("litmus FAILED %ld stale reads, count %u, generation %u (want %u)\n", g_stale, g_bar[0], g_bar[1], passes);
+  unsigned long long count = 0;
+  memcpy(&count, g_bar, sizeof count);
+  if (g_counter ? g_stale || count != (unsigned long long)passes * (unsigned)T
+                : g_stale || g_bar[0] != 0 || g_bar[1] != passes) {
+    printf("litmus FAILED %ld stale reads, count %u, generation %u, 64-bit count %llu (want %u passes)\n", g_stale,
+           g_bar[0], g_bar[1], count, passes);
     return 1;
   }
   printf("litmus ok %d threads %d rounds\n", T, n);

@@ -34,11 +34,11 @@ from .kv_state import KVState, check_memory
 BATCH_MAX = 16
 EXECUTORS = {"cpu": ("engine", "emulated"), "cuda": ("megakernel",)}
 # Launch geometry of the megakernel: scheduling only, never a bit of the result (docs/SPEC.md §14.3).
-GEOMETRY_FIELDS = ("grid", "warps", "ring", "tile_rows", "seed", "attn", "ahead")
+GEOMETRY_FIELDS = ("grid", "warps", "ring", "tile_rows", "seed", "attn", "ahead", "barrier")
 DEFAULT_GEOMETRY = {"emulated": {"grid": 2, "warps": 2, "ring": 2, "tile_rows": 16, "seed": 0, "attn": 0,
-                                 "ahead": 0},
+                                 "ahead": 0, "barrier": 0},
                     "megakernel": {"grid": 0, "warps": 0, "ring": 0, "tile_rows": 0, "seed": 0, "attn": 0,
-                                   "ahead": 0}}  # 0: auto (attn and ahead: off)
+                                   "ahead": 0, "barrier": 0}}  # 0: auto (attn, ahead, barrier: the first design)
 AHEAD_MAX_KB = 256  # DET_MK_AHEAD_MAX_KB
 MAX_POSITIONS = 1_000_000  # the rope reduction's validated bound (docs/SPEC.md §7.1)
 DEFAULT_MAX_CONTEXT = 4096
@@ -132,6 +132,9 @@ def _resolve_geometry(executor, geometry):
         raise ValueError(f"det-infer: geometry ahead must be 0 (a phase loads its weights when it starts) or "
                          f"1..{AHEAD_MAX_KB} (each warp requests its next phase's first ring stages, and that many KB "
                          f"of its weight rows into L2, before the barrier), got {g['ahead']!r}")
+    if g["barrier"] not in (0, 1):
+        raise ValueError(f"det-infer: geometry barrier must be 0 (the generation barrier) or 1 (a monotonic arrival "
+                         f"counter: one atomic a block), got {g['barrier']!r}")
     if executor == "emulated" and not (g["grid"] >= 1 and 1 <= g["warps"] <= 32 and g["ring"] in (2, 4)
                                        and g["tile_rows"] in (1, 2, 4, 8, 16)):
         raise ValueError(f"det-infer: emulated geometry {g} is out of range: grid >= 1, warps 1..32, ring 2 or 4, "
