@@ -480,6 +480,10 @@ DET_DEV_NOINLINE void det_mk_ahead(const det_mk_ctx c, int64_t i) {
     }
 }
 
+// Geometry ahead's invariant: every phase that runs calls det_mk_ahead just before its last grid
+// barrier, and a step skipped without a barrier is skipped by det_mk_next_phase too. A new path
+// that ends a phase otherwise would leave the next GEMV's first stages unissued while it is called
+// primed (det_mk_primed): wrong bits, which the emulated digests with ahead > 0 catch.
 DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
   const det_llama_model& m = c.P->model;
   for (int64_t i = 0; i < m.n_steps; ++i) {
