@@ -99,6 +99,9 @@ struct det_mk_mlp_rows {
   int gwarp, nwarps;
   DET_DEV det_mk_row operator()(int64_t it) const { return {it % 2 ? &L->w_up : &L->w_gate, gwarp + it / 2 * nwarps}; }
 };
+DET_DEV det_mk_mlp_rows det_mk_mlp_rows_of(const det_mk_ctx& c, const det_step& s) {
+  return {&c.P->model.layers[s.layer], c.gwarp, c.nwarps};
+}
 // The other GEMV steps: output n is row n of one matrix (the head's is the tile's dense copy).
 struct det_mk_matrix_rows {
   const det_matrix* w;
@@ -119,10 +122,10 @@ DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, const det_step& s, b
   const det_llama_layer& L = m.layers[s.layer];
   const det_mk_workspace& ws = c.P->ws;
   const int nb = c.tile->n;
-  const int64_t H = m.hidden, QD = m.n_heads * L.head_dim, KVD = m.n_kv_heads * L.head_dim;
   det_mk_norm_rows(c, nb, nullptr, s.reads_embedding, L.attn_norm);
+  const det_mk_qkv_rows row = det_mk_qkv_rows_of(c, s);
+  const int64_t QD = row.QD, KVD = row.KVD;
   det_mk_with_nb(nb, [&]<int NB>() {
-    const det_mk_qkv_rows row = det_mk_qkv_rows_of(c, s);
     auto emit = [&](int64_t it, float y) {  // on the lane of row b
       const int b = det_mk_tree_row<NB>();
       if (b < 0 || b >= nb) return;
@@ -134,7 +137,7 @@ DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, const det_step& s, b
       const float* bias = is_q ? L.bq : is_k ? L.bk : L.bv;
       out[b * len + j] = bias ? det_add_f32(y, det_ld(bias + j)) : y;
     };
-    det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, c.area, H, nb, emit, primed);
+    det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, c.area, m.hidden, nb, emit, primed);
   });
 }
 
@@ -186,8 +189,8 @@ DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_
   float* out = c.P->ws.out;
   const float* in = s.input == DET_IN_ATT ? c.P->ws.att : c.P->ws.act;
   const int nb = c.tile->n;
+  const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
   det_mk_with_nb(nb, [&]<int NB>() {
-    const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
     auto emit = [&](int64_t it, float y) {  // on the lane of row b
       const int b = det_mk_tree_row<NB>();
       if (b < 0 || b >= nb) return;
@@ -229,9 +232,9 @@ DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, const det_step& s, b
   float* act = c.P->ws.act;
   const int nb = c.tile->n;
   det_mk_norm_rows(c, nb, nullptr, false, L.mlp_norm);
+  const det_mk_mlp_rows row = det_mk_mlp_rows_of(c, s);
   det_mk_with_nb(nb, [&]<int NB>() {
     float gate = 0.0f;  // row b's gate on its lane, until its up row comes (the next item)
-    const det_mk_mlp_rows row{&L, c.gwarp, c.nwarps};
     auto emit = [&](int64_t it, float y) {  // on the lane of row b
       const int b = det_mk_tree_row<NB>();
       if (b < 0 || b >= nb) return;
@@ -251,8 +254,8 @@ DET_DEV_NOINLINE void det_mk_phase_ple_project(const det_mk_ctx& c, const det_st
   const float scale = det_ple_scales_of(H, m.ple_dim).proj;
   float* ple = c.P->ws.ple;
   det_mk_load_rows(c, nb, nullptr, s.reads_embedding);
+  const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
   det_mk_with_nb(nb, [&]<int NB>() {
-    const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
     auto emit = [&](int64_t it, float y) {  // on the lane of row b
       const int b = det_mk_tree_row<NB>();
       if (b >= 0 && b < nb) ple[b * LP + det_mk_output(c, it)] = det_mul_f32(y, scale);
@@ -287,8 +290,8 @@ DET_DEV_NOINLINE void det_mk_phase_ple_gate(const det_mk_ctx& c, const det_step&
   const float* ple = c.P->ws.ple;
   float* act = c.P->ws.act;
   const int nb = c.tile->n;
+  const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
   det_mk_with_nb(nb, [&]<int NB>() {
-    const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
     auto emit = [&](int64_t it, float y) {  // on the lane of row b
       const int b = det_mk_tree_row<NB>();
       if (b < 0 || b >= nb) return;
@@ -305,8 +308,8 @@ DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c, const det_step& s, 
   const det_mk_tile& t = *c.tile;
   const int nw = t.n_want;
   det_mk_norm_rows(c, nw, t.want_row, false, m.final_norm);
+  const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
   det_mk_with_nb(nw, [&]<int NB>() {
-    const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
     auto emit = [&](int64_t it, float y) {  // on the lane of wanted row j
       const int j = det_mk_tree_row<NB>();
       if (j < 0 || j >= nw) return;
@@ -458,7 +461,7 @@ DET_DEV_NOINLINE void det_mk_weights_ahead(const det_mk_ctx c, const det_step& s
   const int64_t items = det_mk_items(c, s.n), l2 = (int64_t)c.P->geo.ahead * 1024;
   if (s.kind == DET_STEP_QKV) return det_mk_gemv_ahead(c, items, s.k, det_mk_qkv_rows_of(c, s), ring, l2);
   if (s.kind == DET_STEP_MLP)
-    return det_mk_gemv_ahead(c, 2 * items, s.k, det_mk_mlp_rows{&c.P->model.layers[s.layer], c.gwarp, c.nwarps}, ring, l2);
+    return det_mk_gemv_ahead(c, 2 * items, s.k, det_mk_mlp_rows_of(c, s), ring, l2);
   det_mk_gemv_ahead(c, items, s.k, det_mk_matrix_rows_of(c, s), ring, l2);
 }
 

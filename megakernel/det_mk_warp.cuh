@@ -159,6 +159,9 @@ DET_DEV void det_mk_issue_stage(det_vec_u32x4* ring, Row row, int64_t K, int64_t
   else det_cp_async4(dst, src.w->nf4 + (src.r * K + k) / 2);
 }
 
+// Ring stages per weight row of K columns: a stage is 16 bytes a lane, 8 columns.
+DET_DEV int64_t det_mk_gemv_steps(int64_t K) { return (K + 8 * DET_WARP - 1) / (8 * DET_WARP); }
+
 // The warp's GEMV rows: item it is the weight row row(it) (a det_mk_row; K % 8 == 0, rows 16-byte
 // aligned when dense, 4-byte when nf4), dotted with the nb input rows x + b*ldx. Weights stream
 // through the warp's ring of c.depth stages (each lane copies and later reads only its own slot,
@@ -172,7 +175,7 @@ DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row ro
                          int64_t ldx, int nb, Emit emit, bool primed = false) {
   if (n_items <= 0) return;
   const int lane = det_lane();
-  const int64_t steps = (K + 8 * DET_WARP - 1) / (8 * DET_WARP), total = n_items * steps;
+  const int64_t steps = det_mk_gemv_steps(K), total = n_items * steps;
   det_vec_u32x4* ring = c.ring;
   const int depth = c.depth, mask = depth - 1;
   int64_t issue_it = 0, issue_s = 0, issued = 0;
@@ -223,7 +226,7 @@ DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row ro
 template <class Row>
 DET_DEV void det_mk_gemv_ahead(const det_mk_ctx& c, int64_t n_items, int64_t K, Row row, bool ring, int64_t l2_bytes) {
   if (n_items <= 0) return;
-  const int64_t steps = (K + 8 * DET_WARP - 1) / (8 * DET_WARP);
+  const int64_t steps = det_mk_gemv_steps(K);
   if (ring)
     for (int64_t f = 0; f < c.depth - 1; ++f) {
       if (f < n_items * steps) det_mk_issue_stage(c.ring, row, K, f / steps, f % steps, f);
