@@ -134,14 +134,24 @@ def tile_terms(plan, cfg, geo, sms, positions, wanted, pick, distinct=False):
             n_in = wanted if kind == "head" else rows
             nbytes = 2 * s["weight_rows"] * s["k"]
             t["bytes"] += nbytes * per_sm
-            t["row"] += nbytes * (n_in - 1) * per_sm
             ahead = 0.5 if geo.get("ahead") else 1.0
-            t["item"] += math.ceil(s["weight_rows"] / nwarps) * (1 if geo.get("epilogue") == "lane" else n_in) * ahead
+            outs = gemv_outs(geo, n_in)
+            t["row"] += nbytes * (n_in - 1) * per_sm / outs
+            t["item"] += math.ceil(s["weight_rows"] / nwarps) * (1 if geo.get("epilogue") == "lane" else n_in) * ahead / outs
         elif kind == "attend":
             attend_terms(t, cfg, geo, nwarps, positions, s.get("window", 0))
     if pick:
         t["phase"] += 1
     return t
+
+
+def gemv_outs(geo, n_in):
+    """Weight rows a warp streams at once (geometry outs; det_mk_gemv_outs: at most 2 past 8 rows).
+    The whatif counts a warp's items and each input row's extra cost at 1 / outs of their fitted
+    cost: each input value a lane loads feeds outs rows, and a group's tree and epilogue are one
+    round of shuffles for all of them. An estimate, the most it can save, until a GPU measures it."""
+    outs = geo.get("outs", 0)
+    return 1 if outs <= 1 else min(outs, 2 if n_in > 8 else 4)
 
 
 def attend_terms(t, cfg, geo, nwarps, positions, window):
@@ -314,7 +324,8 @@ def cmd_predict(args):
     _, runs = load_runs(RUNS / c.runs)
     constants = fit(c, runs)
     s, tok_s = predict(c, constants, args.shape, args.batch, args.position, args.prompt,
-                       geometry={"attn": args.attn, "ahead": args.ahead, "barrier": args.barrier})
+                       geometry={"attn": args.attn, "ahead": args.ahead, "barrier": args.barrier,
+                                 "outs": args.outs})
     what = f"prefill of {args.batch} x {args.prompt} tokens" if args.prompt else \
         f"decode step, batch {args.batch}, position {args.position}"
     print(f"{c.name} {args.shape} {what}: {s * 1e3:.3f} ms, predicted {tok_s:,.0f} tok/s")
@@ -338,6 +349,9 @@ WHATIF = (
     ("monotonic barrier (issue 50)", "geometry barrier 1: one reduction a block into a 64-bit count that is "
      "never reset; each phase 0.83 us shorter, the difference the H200 measured between the two barriers",
      {"geometry": {"barrier": 1}}),
+    ("outs 4 (issue 49)", "geometry outs 4: a warp streams 4 weight rows at once (2 past 8 input rows), each "
+     "input value it loads feeding all of them: its items and each input row's extra cost at 1 / outs, an estimate",
+     {"geometry": {"outs": 4}}),
     ("phases of 3 us (issue 50)", "each phase's fixed latency from ~15 us to 3 us (the 1.0 us counter wait and "
      "2 us of its own path)", {"phase_us": 3.0}),
     ("rows per weight read (issue 49)", "a register-tiled multi-row GEMV: the per-row cost / 8",
@@ -397,6 +411,8 @@ def main(argv=None):
                    "GEMV phase's barrier (0 off)")
     p.add_argument("--barrier", type=int, default=0, choices=(0, 1),
                    help="geometry barrier: 0 the generation barrier, 1 the monotonic counter")
+    p.add_argument("--outs", type=int, default=0, choices=(0, 1, 2, 4),
+                   help="geometry outs: weight rows a warp streams at once (0 or 1: one)")
     w = sub.add_parser("whatif", help="the GPU issues' changes, predicted")
     w.add_argument("--card", default="h200")
     args = ap.parse_args(argv)

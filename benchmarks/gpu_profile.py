@@ -12,6 +12,8 @@ benchmarks/gpu_model.py's prediction for the card its constants were fitted to (
   ahead     per-step ms at batch 1 and 16, and the long prompt's prefill, with geometry ahead 16
             (each GEMV phase's weights requested before its barrier) beside ahead 0
   barrier   per-step ms at batch 1 and 16 with geometry barrier 1 (the monotonic counter)
+  outs      per-step ms at batch 1 and 16, and the long prompt's prefill, with geometry outs 4 (a
+            warp streams 4 weight rows at once, 2 in tiles of more than 8 rows)
   batch     per-step ms of the whole model at batch 16
   prefill   tokens/s of a 16- and a 1,000-token prompt (one launch, prompt and first pick)
   timeline  one launch with the phase timeline on (det_infer.profiling): per kind of phase, its
@@ -120,6 +122,7 @@ def predictor(card):
 
 ATTN = (0, 32)  # the attention's geometry: a warp per query head, and split over the grid (issue 48)
 AHEAD = 16  # KB a warp requests ahead of a GEMV phase, measured beside 0 (issue 50)
+OUTS = 4  # weight rows a warp streams at once (2 in 16-row tiles), measured beside 1 (issue 49)
 
 
 def fmt(x, digits=3):
@@ -166,6 +169,12 @@ def profile(di, names, device, executor, reps, quick, card):
         for batch in (1, 16):
             print(f"| per step, batch {batch}, barrier 1, ms | {b.step_ms(batch=batch, steps=steps, barrier=1):.3f} | "
                   f"{fmt(pred_step(name, batch=batch, barrier=1))} |", flush=True)
+        for batch in (1, 16):
+            print(f"| per step, batch {batch}, outs {OUTS}, ms | {b.step_ms(batch=batch, steps=steps, outs=OUTS):.3f} | "
+                  f"{fmt(pred_step(name, batch=batch, outs=OUTS))} |", flush=True)
+        print(f"| prefill, {long_prompt}-token prompt, attn 32, outs {OUTS}, tok/s | "
+              f"{b.prefill_tok_s(long_prompt, attn=32, outs=OUTS):,.0f} | "
+              f"{fmt(pred_prefill(name, long_prompt, attn=32, outs=OUTS), 0)} |", flush=True)
         timeline(di, b.model(), steps=4 if quick else 8)
         b.models.clear()
 

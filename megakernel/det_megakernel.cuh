@@ -100,8 +100,9 @@ DET_DEV void det_mk_run(const det_mk_params& P) {
   c.P = &P;
   c.tile = tile;
   c.depth = P.geo.ring;
-  c.ring = rings + det_warp() * c.depth * DET_WARP;
-  c.area = (float*)(rings + det_warps() * c.depth * DET_WARP);
+  const int ring_slots = c.depth * det_mk_ring_rows(&P.geo) * DET_WARP;  // per warp
+  c.ring = rings + det_warp() * ring_slots;
+  c.area = (float*)(rings + det_warps() * ring_slots);
   c.gwarp = det_block() * det_warps() + det_warp();
   c.nwarps = det_blocks() * det_warps();
 

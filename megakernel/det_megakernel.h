@@ -41,7 +41,18 @@ struct det_mk_geometry {
                    // A KB of its weight rows into L2 (det_mk_gemv_ahead)
   int barrier;     // the grid barrier: 0 the generation barrier (det_sync_grid), 1 the monotonic
                    // arrival counter (det_sync_grid_counter)
+  int outs;        // the GEMV's weight rows a warp streams at once: 0 or 1, one; 2 or 4, that many, each
+                   // input value loaded from shared memory feeding all of them (det_mk_gemv_outs)
 };
+
+// Weight rows a warp streams at once in a GEMV phase of nb input rows: geometry outs, at most 2
+// when nb > 8, so that a lane's outs x 16 accumulators stay in registers.
+DET_MK_HD int det_mk_gemv_outs(const det_mk_geometry* g, int nb) {
+  const int most = nb > 8 ? 2 : 4;
+  return g->outs <= 1 ? 1 : g->outs < most ? g->outs : most;
+}
+// A warp's ring stage holds one 16-byte piece per lane of each row streamed at once.
+DET_MK_HD int det_mk_ring_rows(const det_mk_geometry* g) { return g->outs > 1 ? g->outs : 1; }
 
 #define DET_MK_AHEAD_MAX_KB 256
 
@@ -161,7 +172,7 @@ DET_MK_HD size_t det_mk_smem_bytes(const det_llama_model* m, const det_mk_geomet
   const size_t attn = (size_t)g->warps * det_mk_attn_scratch_floats(m, g->attn), argmax = 2 * (size_t)g->warps + 3;
   area = area > attn ? area : attn;
   area = area > argmax ? area : argmax;
-  return det_mk_smem_ring_offset() + (size_t)g->warps * g->ring * 32 * 16 + area * sizeof(float);
+  return det_mk_smem_ring_offset() + (size_t)g->warps * g->ring * det_mk_ring_rows(g) * 32 * 16 + area * sizeof(float);
 }
 
 // Errors of validation (before any launch).

@@ -113,6 +113,9 @@ int det_mk_check_geometry(const det_mk_geometry* g, const char** why) {
   if (g->barrier != 0 && g->barrier != 1)
     return fail(why, DET_MK_ERR_GEOMETRY,
                 "barrier must be 0 (the generation barrier) or 1 (the monotonic arrival counter)");
+  if (g->outs != 0 && g->outs != 1 && g->outs != 2 && g->outs != 4)
+    return fail(why, DET_MK_ERR_GEOMETRY,
+                "outs must be 0 or 1 (a warp streams one weight row at a time), 2 or 4 (that many at once)");
   return DET_MK_OK;
 }
 

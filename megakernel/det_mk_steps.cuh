@@ -75,16 +75,18 @@ DET_DEV void det_mk_embed_rows(const det_mk_ctx& c) {
 // QKV: q, k, v (rows x outputs) = normalized rows times Wq, Wk, Wv (one range of rows), plus the
 // biases when the model has them; a layer that reads another's K/V (Gemma-4) computes q only (s.n
 // outputs).
-// The weight rows of the GEMV steps: row(it) is this warp's item it (outputs dealt round-robin,
-// det_mk_output). Built once per phase, by the phase and by det_mk_weights_ahead, so that the
-// GEMV's loop calls them without reading the context or the layer again.
+// The weight rows of the GEMV steps: row(it) is this warp's item it, row.output(it) the output it
+// computes (outputs dealt round-robin over the grid's warps, det_mk_items). Built once per phase, by the phase and
+// by det_mk_weights_ahead, so that the GEMV's loop and the phase's epilogue call them without
+// reading the context (a reference, reloaded from local memory after each cp.async) or the layer.
 // QKV: output n of q|k|v is a row of Wq, Wk or Wv.
 struct det_mk_qkv_rows {
   const det_llama_layer* L;
   int64_t QD, KVD;
   int gwarp, nwarps;
+  DET_DEV int64_t output(int64_t it) const { return gwarp + it * nwarps; }
   DET_DEV det_mk_row operator()(int64_t it) const {
-    const int64_t n = gwarp + it * nwarps;
+    const int64_t n = output(it);
     return n < QD ? det_mk_row{&L->wq, n} : n < QD + KVD ? det_mk_row{&L->wk, n - QD} : det_mk_row{&L->wv, n - QD - KVD};
   }
 };
@@ -97,7 +99,8 @@ DET_DEV det_mk_qkv_rows det_mk_qkv_rows_of(const det_mk_ctx& c, const det_step& 
 struct det_mk_mlp_rows {
   const det_llama_layer* L;
   int gwarp, nwarps;
-  DET_DEV det_mk_row operator()(int64_t it) const { return {it % 2 ? &L->w_up : &L->w_gate, gwarp + it / 2 * nwarps}; }
+  DET_DEV int64_t output(int64_t it) const { return gwarp + it / 2 * nwarps; }
+  DET_DEV det_mk_row operator()(int64_t it) const { return {it % 2 ? &L->w_up : &L->w_gate, output(it)}; }
 };
 DET_DEV det_mk_mlp_rows det_mk_mlp_rows_of(const det_mk_ctx& c, const det_step& s) {
   return {&c.P->model.layers[s.layer], c.gwarp, c.nwarps};
@@ -106,7 +109,8 @@ DET_DEV det_mk_mlp_rows det_mk_mlp_rows_of(const det_mk_ctx& c, const det_step& 
 struct det_mk_matrix_rows {
   const det_matrix* w;
   int gwarp, nwarps;
-  DET_DEV det_mk_row operator()(int64_t it) const { return {w, gwarp + it * nwarps}; }
+  DET_DEV int64_t output(int64_t it) const { return gwarp + it * nwarps; }
+  DET_DEV det_mk_row operator()(int64_t it) const { return {w, output(it)}; }
 };
 DET_DEV det_mk_matrix_rows det_mk_matrix_rows_of(const det_mk_ctx& c, const det_step& s) {
   const det_llama_model& m = c.P->model;
@@ -129,7 +133,7 @@ DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, const det_step& s, b
     auto emit = [&](int64_t it, float y) {  // on the lane of row b
       const int b = det_mk_tree_row<NB>();
       if (b < 0 || b >= nb) return;
-      const int64_t n = det_mk_output(c, it);
+      const int64_t n = row.output(it);
       // Output n of q, k or v: its buffer, row length, index in the row and bias (or null).
       const bool is_q = n < QD, is_k = !is_q && n < QD + KVD;
       float* out = is_q ? ws.q : is_k ? ws.k : ws.v;
@@ -194,7 +198,7 @@ DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_
     auto emit = [&](int64_t it, float y) {  // on the lane of row b
       const int b = det_mk_tree_row<NB>();
       if (b < 0 || b >= nb) return;
-      const int64_t n = det_mk_output(c, it);
+      const int64_t n = row.output(it);
       const float yb = s.bias ? det_add_f32(y, det_ld(s.bias + n)) : y;
       if (s.norm) {
         out[b * H + n] = yb;
@@ -239,7 +243,7 @@ DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, const det_step& s, b
       const int b = det_mk_tree_row<NB>();
       if (b < 0 || b >= nb) return;
       if (it % 2 == 0) gate = y;
-      else act[b * I + det_mk_output(c, it / 2)] = det_mul_f32(det_act_f32((int)m.act, gate), y);
+      else act[b * I + row.output(it)] = det_mul_f32(det_act_f32((int)m.act, gate), y);
     };
     det_mk_gemv<NB>(c, 2 * det_mk_items(c, I), s.k, row, c.area, m.hidden, nb, emit, primed);
   });
@@ -258,7 +262,7 @@ DET_DEV_NOINLINE void det_mk_phase_ple_project(const det_mk_ctx& c, const det_st
   det_mk_with_nb(nb, [&]<int NB>() {
     auto emit = [&](int64_t it, float y) {  // on the lane of row b
       const int b = det_mk_tree_row<NB>();
-      if (b >= 0 && b < nb) ple[b * LP + det_mk_output(c, it)] = det_mul_f32(y, scale);
+      if (b >= 0 && b < nb) ple[b * LP + row.output(it)] = det_mul_f32(y, scale);
     };
     det_mk_gemv<NB>(c, det_mk_items(c, LP), s.k, row, c.area, H, nb, emit, primed);
   });
@@ -295,7 +299,7 @@ DET_DEV_NOINLINE void det_mk_phase_ple_gate(const det_mk_ctx& c, const det_step&
     auto emit = [&](int64_t it, float y) {  // on the lane of row b
       const int b = det_mk_tree_row<NB>();
       if (b < 0 || b >= nb) return;
-      const int64_t n = det_mk_output(c, it);
+      const int64_t n = row.output(it);
       act[b * P + n] = det_mul_f32(det_act_f32(DET_ACT_GELU_TANH, y), det_ld(ple + b * LP + l * P + n));
     };
     det_mk_gemv<NB>(c, det_mk_items(c, P), s.k, row, c.P->ws.x, H, nb, emit, primed);
@@ -313,7 +317,7 @@ DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c, const det_step& s, 
     auto emit = [&](int64_t it, float y) {  // on the lane of wanted row j
       const int j = det_mk_tree_row<NB>();
       if (j < 0 || j >= nw) return;
-      t.dst[j][det_mk_output(c, it)] = m.softcap ? det_softcap_f32(y, det_ld(m.softcap)) : y;
+      t.dst[j][row.output(it)] = m.softcap ? det_softcap_f32(y, det_ld(m.softcap)) : y;
     };
     det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, c.area, m.hidden, nw, emit, primed);
   });
@@ -456,13 +460,21 @@ DET_DEV_NOINLINE bool det_mk_primed(const det_mk_ctx c, int64_t j) {
 }
 
 // The weights of GEMV step s ahead (det_mk_gemv_ahead): into the ring when ring, and the first
-// geometry-ahead KB of this warp's rows into L2.
-DET_DEV_NOINLINE void det_mk_weights_ahead(const det_mk_ctx c, const det_step& s, bool ring) {
+// geometry-ahead KB of this warp's rows into L2; its rows as many at a time as the phase will take
+// them (det_mk_gemv_outs of the phase's input rows: the wanted rows for HEAD, else the tile's).
+template <int NO>
+DET_DEV void det_mk_weights_ahead_rows(const det_mk_ctx& c, const det_step& s, bool ring) {
   const int64_t items = det_mk_items(c, s.n), l2 = (int64_t)c.P->geo.ahead * 1024;
-  if (s.kind == DET_STEP_QKV) return det_mk_gemv_ahead(c, items, s.k, det_mk_qkv_rows_of(c, s), ring, l2);
+  if (s.kind == DET_STEP_QKV) return det_mk_gemv_ahead<NO>(c, items, s.k, det_mk_qkv_rows_of(c, s), ring, l2);
   if (s.kind == DET_STEP_MLP)
-    return det_mk_gemv_ahead(c, 2 * items, s.k, det_mk_mlp_rows_of(c, s), ring, l2);
-  det_mk_gemv_ahead(c, items, s.k, det_mk_matrix_rows_of(c, s), ring, l2);
+    return det_mk_gemv_ahead<NO>(c, 2 * items, s.k, det_mk_mlp_rows_of(c, s), ring, l2);
+  det_mk_gemv_ahead<NO>(c, items, s.k, det_mk_matrix_rows_of(c, s), ring, l2);
+}
+DET_DEV_NOINLINE void det_mk_weights_ahead(const det_mk_ctx c, const det_step& s, bool ring) {
+  const int outs = det_mk_gemv_outs(&c.P->geo, s.kind == DET_STEP_HEAD ? c.tile->n_want : c.tile->n);
+  if (outs == 1) det_mk_weights_ahead_rows<1>(c, s, ring);
+  else if (outs == 2) det_mk_weights_ahead_rows<2>(c, s, ring);
+  else det_mk_weights_ahead_rows<4>(c, s, ring);
 }
 
 // Before the last barrier of step i's phase: the next phase's weights when it is a GEMV (ring and

@@ -52,28 +52,30 @@ DET_DEV void det_mk_warp_tree(float (&acc)[N]) {
     det_shfl_down_combine_n(acc, N, delta, [](float a, float b) { return det_add_f32(a, b); });
 }
 
-// The canonical tree for NB (a power of two, at most 32) reductions at once, its rows spread over
-// the warp as it goes: each round pairs lane l with lane l ^ delta, as §9's tree pairs positions p
-// and p + delta (a lane's index mod 2 delta is its position). While a lane holds n > 1 rows it
-// keeps half of them (the lower half when its delta bit is clear) and gets its partner's partials
-// of that half: n / 2 shuffles a round, not n. Every sum keeps the tree's order, the lower
-// position's partial first, so each row's result is det_mk_warp_tree's. Returns, on the lanes
-// det_mk_tree_row names, the result of row det_mk_tree_row<NB>().
-template <int NB, int N = NB, int DELTA = DET_WARP / 2>
-DET_DEV float det_mk_warp_tree_rows(float (&v)[NB]) {
+// The canonical tree for NV reductions at once: NV / KEEP input rows of KEEP values each, row
+// major (NV / KEEP a power of two, at most 32), its rows spread over the warp as it goes: each
+// round pairs lane l with lane l ^ delta, as §9's tree pairs positions p and p + delta (a lane's
+// index mod 2 delta is its position). While a lane holds more than one row it keeps half of them
+// (the lower half when its delta bit is clear) and gets its partner's partials of that half: half
+// its values in shuffles a round, not all. Every sum keeps the tree's order, the lower position's
+// partial first, so each result is det_mk_warp_tree's. Leaves in v[0..KEEP) the results of row
+// det_mk_tree_row<NV / KEEP>() on the lanes that name it, and returns v[0].
+template <int NV, int KEEP = 1, int N = NV, int DELTA = DET_WARP / 2>
+DET_DEV float det_mk_warp_tree_rows(float (&v)[NV]) {
   if constexpr (DELTA == 0) {
     return v[0];
   } else {
     const bool hi = (det_lane() & DELTA) != 0;
-    constexpr int H = N > 1 ? N / 2 : 1;
+    constexpr bool split = N > KEEP;
+    constexpr int H = split ? N / 2 : N;
     float got[H];
-    for (int j = 0; j < H; ++j) got[j] = N > 1 && !hi ? v[H + j] : v[j];  // what the partner keeps
+    for (int j = 0; j < H; ++j) got[j] = split && !hi ? v[H + j] : v[j];  // what the partner keeps
     det_shfl_xor_n(got, H, DELTA);
     for (int j = 0; j < H; ++j) {
-      const float mine = N > 1 && hi ? v[H + j] : v[j];
+      const float mine = split && hi ? v[H + j] : v[j];
       v[j] = hi ? det_add_f32(got[j], mine) : det_add_f32(mine, got[j]);
     }
-    return det_mk_warp_tree_rows<NB, H, DELTA / 2>(v);
+    return det_mk_warp_tree_rows<NV, KEEP, H, DELTA / 2>(v);
   }
 }
 
@@ -147,89 +149,136 @@ DET_DEV void det_mk_decode8(const det_mk_row& row, int64_t K, int64_t k, const d
   }
 }
 
-// Stage (item it, step s) of a warp's weight stream into slot `slot` of its ring: the lane's 16
-// bytes of the row (8 bf16, or 4 bytes of nf4 codes), when its columns are inside the row.
-template <class Row>
-DET_DEV void det_mk_issue_stage(det_vec_u32x4* ring, Row row, int64_t K, int64_t it, int64_t s, int64_t slot) {
+// Lane's 8 inputs x[k..k+7] from a 16-byte-aligned row. With `spread`, lanes 4..7 of each quarter
+// warp load their upper 16 bytes first: a quarter warp's 16-byte shared loads then cover the 32
+// banks once (lane l's lower half would share banks with lane l + 4's: 2-way conflicts). Which
+// half is loaded first changes no value.
+template <bool spread>
+DET_DEV void det_mk_load_x8(const float* xk, float (&xv)[8]) {
+  const int hi = spread ? (det_lane() >> 2) & 1 : 0;
+  const det_vec_f32x4 first = det_load_f32x4(xk + 4 * hi), second = det_load_f32x4(xk + 4 - 4 * hi);
+  const det_vec_f32x4 lo4 = hi ? second : first, hi4 = hi ? first : second;
+  xv[0] = lo4.x, xv[1] = lo4.y, xv[2] = lo4.z, xv[3] = lo4.w;
+  xv[4] = hi4.x, xv[5] = hi4.y, xv[6] = hi4.z, xv[7] = hi4.w;
+}
+
+// Item i of group g when a warp streams its n_items rows NO at a time: a group past the last item
+// repeats it (a redundant copy, never emitted), so the loops over a group's NO rows have no branch.
+template <int NO>
+DET_DEV int64_t det_mk_group_item(int64_t n_items, int64_t g, int i) {
+  const int64_t it = g * NO + i;
+  return it < n_items ? it : n_items - 1;
+}
+
+// Stage (group g, step s) of a warp's weight stream into slot `slot` of its ring: for each of the
+// group's NO rows the lane's 16 bytes (8 bf16, or 4 bytes of nf4 codes), when its columns are
+// inside the row. Slot `slot` holds NO pieces per lane.
+template <int NO, class Row>
+DET_DEV void det_mk_issue_stage(det_vec_u32x4* ring, Row row, int64_t K, int64_t n_items, int64_t g, int64_t s,
+                                int64_t slot) {
   const int64_t k = s * 8 * DET_WARP + 8 * det_lane();
   if (k >= K) return;
-  const det_mk_row src = row(it);
-  det_vec_u32x4* dst = &ring[slot * DET_WARP + det_lane()];
-  if (src.w->bf16) det_cp_async16(dst, src.w->bf16 + src.r * K + k);
-  else det_cp_async4(dst, src.w->nf4 + (src.r * K + k) / 2);
+  for (int i = 0; i < NO; ++i) {
+    const det_mk_row src = row(det_mk_group_item<NO>(n_items, g, i));
+    det_vec_u32x4* dst = &ring[(slot * NO + i) * DET_WARP + det_lane()];
+    if (src.w->bf16) det_cp_async16(dst, src.w->bf16 + src.r * K + k);
+    else det_cp_async4(dst, src.w->nf4 + (src.r * K + k) / 2);
+  }
 }
 
 // Ring stages per weight row of K columns: a stage is 16 bytes a lane, 8 columns.
 DET_DEV int64_t det_mk_gemv_steps(int64_t K) { return (K + 8 * DET_WARP - 1) / (8 * DET_WARP); }
 
-// The warp's GEMV rows: item it is the weight row row(it) (a det_mk_row; K % 8 == 0, rows 16-byte
-// aligned when dense, 4-byte when nf4), dotted with the nb input rows x + b*ldx. Weights stream
-// through the warp's ring of c.depth stages (each lane copies and later reads only its own slot,
-// so no warp barrier is needed); each weight is read once for all nb rows. After each item,
-// emit(it, y) runs on every lane, with y the canonical dot of input row det_mk_tree_row<NB>()
-// where that is a row (>= 0): the rows' epilogues (a bias, an activation, a residual's load and
-// store) run side by side, not in turn on lane 0. primed: det_mk_gemv_ahead has already issued
-// (and committed) the first depth - 1 stages, before the barrier the phase began with.
-template <int NB, class Row, class Emit>
-DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row row, const float* x,
-                         int64_t ldx, int nb, Emit emit, bool primed = false) {
+// The warp's GEMV rows, NO at a time (geometry outs, det_mk_gemv_outs): item it is the weight row
+// row(it) (a det_mk_row; K % 8 == 0, rows 16-byte aligned when dense, 4-byte when nf4), dotted
+// with the nb input rows x + b*ldx. Weights stream through the warp's ring of depth stages, a
+// stage holding the same 16-byte piece of each of the group's NO rows (each lane copies and later
+// reads only its own slots, so no warp barrier is needed); each weight is read once for all nb
+// rows, and each 8 inputs a lane loads feed all NO rows. Every accumulator is its own fma chain
+// in §9's order and its own tree, whatever NO is. After each item, in item order, emit(it, y)
+// runs on every lane, with y the canonical dot of input row det_mk_tree_row<NB>() where that is
+// a row (>= 0): the rows' epilogues (a bias, an activation, a residual's load and store) run side
+// by side, not in turn on lane 0, and a row's items come to the same lane. primed:
+// det_mk_gemv_ahead has already issued (and committed) the first depth - 1 stages, before the
+// barrier the phase began with.
+template <int NO, int NB, class Row, class Emit>
+DET_DEV void det_mk_gemv_rows(det_vec_u32x4* ring, int depth, int64_t n_items, int64_t K, Row row, const float* x,
+                              int64_t ldx, int nb, Emit emit, bool primed) {
   if (n_items <= 0) return;
   const int lane = det_lane();
-  const int64_t steps = det_mk_gemv_steps(K), total = n_items * steps;
-  det_vec_u32x4* ring = c.ring;
-  const int depth = c.depth, mask = depth - 1;
-  int64_t issue_it = 0, issue_s = 0, issued = 0;
-  auto issue = [&](bool copy) {  // the next (item, step) into its ring slot, or an empty group at the end
+  const int64_t steps = det_mk_gemv_steps(K), groups = (n_items + NO - 1) / NO, total = groups * steps;
+  const int mask = depth - 1;
+  int64_t issue_g = 0, issue_s = 0, issued = 0;
+  auto issue = [&](bool copy) {  // the next (group, step) into its ring slot, or an empty group at the end
     if (issued < total) {
-      if (copy) det_mk_issue_stage(ring, row, K, issue_it, issue_s, issued & mask);
-      if (++issue_s == steps) issue_s = 0, ++issue_it;
+      if (copy) det_mk_issue_stage<NO>(ring, row, K, n_items, issue_g, issue_s, issued & mask);
+      if (++issue_s == steps) issue_s = 0, ++issue_g;
     }
     ++issued;
     if (copy) det_cp_async_commit();
   };
   for (int f = 0; f < depth - 1; ++f) issue(!primed);
 
-  float acc[NB];  // lane l is accumulator l of each input row's dot (§9)
-  for (int b = 0; b < NB; ++b) acc[b] = 0.0f;
-  int64_t it = 0, s = 0;
+  float acc[NB * NO];  // acc[b * NO + i]: lane l is accumulator l of item i's dot with input row b (§9)
+  DET_UNROLL for (int j = 0; j < NB * NO; ++j) acc[j] = 0.0f;
+  int64_t g = 0, s = 0;
   for (int64_t f = 0; f < total; ++f) {
     issue(true);
     if (depth == 4) det_cp_async_wait<3>();  // stage f has landed; depth - 1 stay in flight
     else det_cp_async_wait<1>();
     const int64_t k = s * 8 * DET_WARP + 8 * lane;
     if (k < K) {
-      float w[8];
-      det_mk_decode8(row(it), K, k, det_ld(&ring[(f & mask) * DET_WARP + lane]), w);
-      for (int b = 0; b < NB; ++b) {
+      float w[NO][8];
+      DET_UNROLL for (int i = 0; i < NO; ++i)
+        det_mk_decode8(row(det_mk_group_item<NO>(n_items, g, i)), K, k,
+                       det_ld(&ring[((f & mask) * NO + i) * DET_WARP + lane]), w[i]);
+      DET_UNROLL for (int b = 0; b < NB; ++b) {
         if (b >= nb) break;
-        const det_vec_f32x4 x0 = det_load_f32x4(x + b * ldx + k), x1 = det_load_f32x4(x + b * ldx + k + 4);
-        const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-        for (int i = 0; i < 8; ++i) acc[b] = det_fma_f32(w[i], xv[i], acc[b]);
-        det_work_fma(8);
+        float xv[8];
+        det_mk_load_x8<(NO > 1)>(x + b * ldx + k, xv);
+        DET_UNROLL for (int i = 0; i < NO; ++i) {
+          DET_UNROLL for (int t = 0; t < 8; ++t) acc[b * NO + i] = det_fma_f32(w[i][t], xv[t], acc[b * NO + i]);
+          det_work_fma(8);
+        }
       }
     }
     if (++s == steps) {
-      emit(it, det_mk_warp_tree_rows<NB>(acc));
-      for (int b = 0; b < NB; ++b) acc[b] = 0.0f;
+      det_mk_warp_tree_rows<NB * NO, NO>(acc);
+      DET_UNROLL for (int i = 0; i < NO; ++i)
+        if (g * NO + i < n_items) emit(g * NO + i, acc[i]);
+      DET_UNROLL for (int j = 0; j < NB * NO; ++j) acc[j] = 0.0f;
       s = 0;
-      ++it;
+      ++g;
     }
   }
+}
+
+// The GEMV of the phases (det_mk_gemv_rows), its rows det_mk_gemv_outs at a time. The context's
+// fields are read here once, not in each instantiation.
+template <int NB, class Row, class Emit>
+DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row row, const float* x, int64_t ldx,
+                         int nb, Emit emit, bool primed = false) {
+  det_vec_u32x4* ring = c.ring;
+  const int depth = c.depth, outs = det_mk_gemv_outs(&c.P->geo, nb);
+  if (outs == 1) det_mk_gemv_rows<1, NB>(ring, depth, n_items, K, row, x, ldx, nb, emit, primed);
+  else if (outs == 2) det_mk_gemv_rows<2, NB>(ring, depth, n_items, K, row, x, ldx, nb, emit, primed);
+  else det_mk_gemv_rows<(NB > 8 ? 2 : 4), NB>(ring, depth, n_items, K, row, x, ldx, nb, emit, primed);  // NB <= 8
 }
 
 // Weights ahead of their inputs (geometry ahead > 0; docs/SPEC.md §14.3): weights never depend on
 // activations, so before the barrier a GEMV phase begins with, each warp issues that phase's
 // first depth - 1 ring stages (ring: the phase's det_mk_gemv is then called primed and counts
-// them as issued) and hints the first l2_bytes of its weight rows into L2 (prefetch.global.L2,
-// each lane a 128-byte line of 32), so the phase's first loads do not wait for DRAM. Scheduling
-// only: what lands in the ring is what the GEMV would have copied itself.
-template <class Row>
+// them as issued; NO its rows at a time, as the phase will stream them) and hints the first
+// l2_bytes of its weight rows into L2 (prefetch.global.L2, each lane a 128-byte line of 32), so
+// the phase's first loads do not wait for DRAM. Scheduling only: what lands in the ring is what
+// the GEMV would have copied itself.
+template <int NO, class Row>
 DET_DEV void det_mk_gemv_ahead(const det_mk_ctx& c, int64_t n_items, int64_t K, Row row, bool ring, int64_t l2_bytes) {
   if (n_items <= 0) return;
-  const int64_t steps = det_mk_gemv_steps(K);
+  const int64_t steps = det_mk_gemv_steps(K), total = (n_items + NO - 1) / NO * steps;
   if (ring)
     for (int64_t f = 0; f < c.depth - 1; ++f) {
-      if (f < n_items * steps) det_mk_issue_stage(c.ring, row, K, f / steps, f % steps, f);
+      if (f < total) det_mk_issue_stage<NO>(c.ring, row, K, n_items, f / steps, f % steps, f);
       det_cp_async_commit();
     }
   for (int64_t it = 0; it < n_items && l2_bytes > 0; ++it) {
@@ -247,4 +296,3 @@ DET_DEV void det_mk_gemv_ahead(const det_mk_ctx& c, int64_t n_items, int64_t K, 
 DET_DEV int64_t det_mk_items(const det_mk_ctx& c, int64_t N) {
   return c.gwarp < N ? (N - 1 - c.gwarp) / c.nwarps + 1 : 0;
 }
-DET_DEV int64_t det_mk_output(const det_mk_ctx& c, int64_t it) { return c.gwarp + it * c.nwarps; }

@@ -13,13 +13,14 @@ from det_fixtures.certification import (N_GEN, N_TEACHER, ROOT, SYNTHETIC, batch
 from det_fixtures.pins import MODEL_DIGESTS
 
 # (grid, warps, ring, tile_rows, schedule seed[, attn: 0 a warp per query head, C split attention[,
-# ahead: KB of weights requested before a GEMV phase's barrier[, barrier: 1 the monotonic counter]]])
-GEOMETRIES = [(1, 1, 2, 1, 0), (2, 2, 4, 2, 11, 1, 0, 1), (3, 1, 4, 16, 12, 0, 4), (5, 2, 2, 4, 13, 0, 1, 1),
-              (2, 4, 2, 8, 14, 32, 16)]
+# ahead: KB of weights requested before a GEMV phase's barrier[, barrier: 1 the monotonic counter[,
+# outs: weight rows a warp streams at once]]]])
+GEOMETRIES = [(1, 1, 2, 1, 0), (2, 2, 4, 2, 11, 1, 0, 1, 4), (3, 1, 4, 16, 12, 0, 4, 0, 2), (5, 2, 2, 4, 13, 0, 1, 1, 2),
+              (2, 4, 2, 8, 14, 32, 16, 0, 4)]
 
 
 def geometry(g):
-    return dict(zip(("grid", "warps", "ring", "tile_rows", "seed", "attn", "ahead", "barrier"), g))
+    return dict(zip(("grid", "warps", "ring", "tile_rows", "seed", "attn", "ahead", "barrier", "outs"), g))
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +124,8 @@ def test_bad_geometry_and_executor(di, tmp_root):
         di.MegaModel.from_pretrained(directory, executor="emulated", geometry={"ahead": 257})
     with pytest.raises(ValueError, match=r"barrier must be 0 .* or 1"):
         di.MegaModel.from_pretrained(directory, executor="emulated", geometry={"barrier": 2})
+    with pytest.raises(ValueError, match=r"outs must be 0 or 1 .* 2 or 4"):
+        di.MegaModel.from_pretrained(directory, executor="emulated", geometry={"outs": 8})
     with pytest.raises(ValueError, match="does not run on cpu"):
         di.MegaModel.from_pretrained(directory, executor="megakernel")
     with pytest.raises(ValueError, match="applies to the megakernel"):
@@ -136,7 +139,7 @@ def test_raw_op_refuses_bad_programs(di, tmp_root):
     mm = di.MegaModel.from_pretrained(directory, max_context=64, executor="emulated")
     state = mm.new_state(8)
     V = mm.config.vocab_size
-    geo = [2, 2, 2, 16, 0, 0, 0, 0]
+    geo = [2, 2, 2, 16, 0, 0, 0, 0, 0]
 
     def forward(tokens, positions, want=None, geo=geo):
         n = len(tokens)
@@ -154,18 +157,20 @@ def test_raw_op_refuses_bad_programs(di, tmp_root):
     with pytest.raises(ValueError, match="increasing position order"):
         forward([5, 6], [3, 3])
     with pytest.raises(ValueError, match="tile_rows must be"):
-        forward([5], [0], geo=[2, 2, 2, 3, 0, 0, 0, 0])
+        forward([5], [0], geo=[2, 2, 2, 3, 0, 0, 0, 0, 0])
     with pytest.raises(ValueError, match="warps must be"):
-        forward([5], [0], geo=[2, 0, 2, 16, 0, 0, 0, 0])
+        forward([5], [0], geo=[2, 0, 2, 16, 0, 0, 0, 0, 0])
     with pytest.raises(ValueError, match="attn must be"):
-        forward([5], [0], geo=[2, 2, 2, 16, 0, 33, 0, 0])
+        forward([5], [0], geo=[2, 2, 2, 16, 0, 33, 0, 0, 0])
     with pytest.raises(ValueError, match="ahead must be 0"):
-        forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 257, 0])
+        forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 257, 0, 0])
     with pytest.raises(ValueError, match="barrier must be 0"):
-        forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 0, 2])
+        forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 0, 2, 0])
+    with pytest.raises(ValueError, match="outs must be 0 or 1"):
+        forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 0, 0, 3])
     with pytest.raises(ValueError,
-                       match=r"geometry is \[grid, warps, ring, tile_rows, seed, attn, ahead, barrier\], got 7"):
-        forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 0])
+                       match=r"geometry is \[grid, warps, ring, tile_rows, seed, attn, ahead, barrier, outs\], got 8"):
+        forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 0, 0])
 
 
 @pytest.mark.parametrize("head_dim,message", [(20, "multiples of 8"), (520, "head_dim up to 512")])

@@ -34,11 +34,11 @@ from .kv_state import KVState, check_memory
 BATCH_MAX = 16
 EXECUTORS = {"cpu": ("engine", "emulated"), "cuda": ("megakernel",)}
 # Launch geometry of the megakernel: scheduling only, never a bit of the result (docs/SPEC.md §14.3).
-GEOMETRY_FIELDS = ("grid", "warps", "ring", "tile_rows", "seed", "attn", "ahead", "barrier")
+GEOMETRY_FIELDS = ("grid", "warps", "ring", "tile_rows", "seed", "attn", "ahead", "barrier", "outs")
 DEFAULT_GEOMETRY = {"emulated": {"grid": 2, "warps": 2, "ring": 2, "tile_rows": 16, "seed": 0, "attn": 0,
-                                 "ahead": 0, "barrier": 0},
+                                 "ahead": 0, "barrier": 0, "outs": 0},
                     "megakernel": {"grid": 0, "warps": 0, "ring": 0, "tile_rows": 0, "seed": 0, "attn": 0,
-                                   "ahead": 0, "barrier": 0}}  # 0: auto (attn, ahead, barrier: the first design)
+                                   "ahead": 0, "barrier": 0, "outs": 0}}  # 0: auto (attn, ahead, barrier, outs: the first design)
 AHEAD_MAX_KB = 256  # DET_MK_AHEAD_MAX_KB
 MAX_POSITIONS = 1_000_000  # the rope reduction's validated bound (docs/SPEC.md §7.1)
 DEFAULT_MAX_CONTEXT = 4096
@@ -135,6 +135,10 @@ def _resolve_geometry(executor, geometry):
     if g["barrier"] not in (0, 1):
         raise ValueError(f"det-infer: geometry barrier must be 0 (the generation barrier) or 1 (a monotonic arrival "
                          f"counter: one atomic a block), got {g['barrier']!r}")
+    if g["outs"] not in (0, 1, 2, 4):
+        raise ValueError(f"det-infer: geometry outs must be 0 or 1 (a warp streams one weight row at a time), 2 or 4 "
+                         f"(that many rows at once, each input value loaded feeding all of them; 2 at most for tiles "
+                         f"of more than 8 rows), got {g['outs']!r}")
     if executor == "emulated" and not (g["grid"] >= 1 and 1 <= g["warps"] <= 32 and g["ring"] in (2, 4)
                                        and g["tile_rows"] in (1, 2, 4, 8, 16)):
         raise ValueError(f"det-infer: emulated geometry {g} is out of range: grid >= 1, warps 1..32, ring 2 or 4, "
