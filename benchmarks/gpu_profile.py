@@ -14,6 +14,8 @@ benchmarks/gpu_model.py's prediction for the card its constants were fitted to (
   barrier   per-step ms at batch 1 and 16 with geometry barrier 1 (the monotonic counter)
   outs      per-step ms at batch 1 and 16, and the long prompt's prefill, with geometry outs 4 (a
             warp streams 4 weight rows at once, 2 in tiles of more than 8 rows)
+  stage     per-step ms at batch 1 and 16 with geometry stage 1 (the output projections' inputs
+            copied to shared memory once per block; gpu_model has no term for it)
   batch     per-step ms of the whole model at batch 16
   prefill   tokens/s of a 16- and a 1,000-token prompt (one launch, prompt and first pick)
   timeline  one launch with the phase timeline on (det_infer.profiling): per kind of phase, its
@@ -172,6 +174,9 @@ def profile(di, names, device, executor, reps, quick, card):
         for batch in (1, 16):
             print(f"| per step, batch {batch}, outs {OUTS}, ms | {b.step_ms(batch=batch, steps=steps, outs=OUTS):.3f} | "
                   f"{fmt(pred_step(name, batch=batch, outs=OUTS))} |", flush=True)
+        for batch in (1, 16):
+            print(f"| per step, batch {batch}, stage 1, ms | {b.step_ms(batch=batch, steps=steps, stage=1):.3f} | "
+                  f"{fmt(pred_step(name, batch=batch))} (no term) |", flush=True)
         print(f"| prefill, {long_prompt}-token prompt, attn 32, outs {OUTS}, tok/s | "
               f"{b.prefill_tok_s(long_prompt, attn=32, outs=OUTS):,.0f} | "
               f"{fmt(pred_prefill(name, long_prompt, attn=32, outs=OUTS), 0)} |", flush=True)

@@ -43,6 +43,8 @@ struct det_mk_geometry {
                    // arrival counter (det_sync_grid_counter)
   int outs;        // the GEMV's weight rows a warp streams at once: 0 or 1, one; 2 or 4, that many, each
                    // input value loaded from shared memory feeding all of them (det_mk_gemv_outs)
+  int stage;       // the inputs of RESIDUAL and PLE_GATE: 0 read from global memory by every warp for each
+                   // output; 1 copied once per block into its shared memory when they fit (det_mk_stage_rows)
 };
 
 // Weight rows a warp streams at once in a GEMV phase of nb input rows: geometry outs, at most 2
@@ -167,12 +169,16 @@ DET_MK_HD size_t det_mk_attn_scratch_floats(const det_llama_model* m, int attn) 
 DET_MK_HD size_t det_mk_norm_factor_offset(const det_llama_model* m, int tile_rows) {
   return (size_t)tile_rows * (size_t)m->hidden;
 }
-DET_MK_HD size_t det_mk_smem_bytes(const det_llama_model* m, const det_mk_geometry* g) {
+// Floats of the phase area: the largest of its uses.
+DET_MK_HD size_t det_mk_area_floats(const det_llama_model* m, const det_mk_geometry* g) {
   size_t area = det_mk_norm_factor_offset(m, g->tile_rows) + (size_t)g->tile_rows;
   const size_t attn = (size_t)g->warps * det_mk_attn_scratch_floats(m, g->attn), argmax = 2 * (size_t)g->warps + 3;
   area = area > attn ? area : attn;
-  area = area > argmax ? area : argmax;
-  return det_mk_smem_ring_offset() + (size_t)g->warps * g->ring * det_mk_ring_rows(g) * 32 * 16 + area * sizeof(float);
+  return area > argmax ? area : argmax;
+}
+DET_MK_HD size_t det_mk_smem_bytes(const det_llama_model* m, const det_mk_geometry* g) {
+  return det_mk_smem_ring_offset() + (size_t)g->warps * g->ring * det_mk_ring_rows(g) * 32 * 16 +
+         det_mk_area_floats(m, g) * sizeof(float);
 }
 
 // Errors of validation (before any launch).

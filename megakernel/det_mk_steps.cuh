@@ -56,6 +56,21 @@ DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int nb, const int32_t* src_ro
   det_sync_block();
 }
 
+// The input rows of a GEMV phase that reads them from global memory (RESIDUAL's att or act,
+// PLE_GATE's residual stream), nb rows of K: with geometry stage 1, when they fit the block's phase
+// area, every block copies them there once (16-byte loads), so that its warps read shared memory
+// for each output instead of global memory; else the global rows. Returns where to read them.
+DET_DEV const float* det_mk_stage_rows(const det_mk_ctx& c, const float* in, int nb, int64_t K) {
+  if (!c.P->geo.stage || (size_t)nb * (size_t)K > det_mk_area_floats(&c.P->model, &c.P->geo)) return in;
+  float* area = c.area;  // read once: a store through it might alias the by-reference context
+  for (int64_t e = 4 * (int64_t)det_thread(); e < nb * K; e += 4 * (int64_t)det_threads()) {
+    const det_vec_f32x4 v = det_load_f32x4(in + e);
+    area[e] = v.x, area[e + 1] = v.y, area[e + 2] = v.z, area[e + 3] = v.w;
+  }
+  det_sync_block();
+  return area;
+}
+
 // EMBED, spread over the grid: the residual stream starts as the embeddings, and each row's rope
 // (sin, cos) table is computed once (docs/SPEC.md §7). No barrier follows: the next step
 // (reads_embedding) takes the embedding rows themselves.
@@ -191,8 +206,8 @@ DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_
   const int64_t H = c.P->model.hidden;
   float* x = c.P->ws.x;
   float* out = c.P->ws.out;
-  const float* in = s.input == DET_IN_ATT ? c.P->ws.att : c.P->ws.act;
   const int nb = c.tile->n;
+  const float* in = det_mk_stage_rows(c, s.input == DET_IN_ATT ? c.P->ws.att : c.P->ws.act, nb, s.k);
   const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
   det_mk_with_nb(nb, [&]<int NB>() {
     auto emit = [&](int64_t it, float y) {  // on the lane of row b
@@ -294,6 +309,7 @@ DET_DEV_NOINLINE void det_mk_phase_ple_gate(const det_mk_ctx& c, const det_step&
   const float* ple = c.P->ws.ple;
   float* act = c.P->ws.act;
   const int nb = c.tile->n;
+  const float* x = det_mk_stage_rows(c, c.P->ws.x, nb, H);
   const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
   det_mk_with_nb(nb, [&]<int NB>() {
     auto emit = [&](int64_t it, float y) {  // on the lane of row b
@@ -302,7 +318,7 @@ DET_DEV_NOINLINE void det_mk_phase_ple_gate(const det_mk_ctx& c, const det_step&
       const int64_t n = row.output(it);
       act[b * P + n] = det_mul_f32(det_act_f32(DET_ACT_GELU_TANH, y), det_ld(ple + b * LP + l * P + n));
     };
-    det_mk_gemv<NB>(c, det_mk_items(c, P), s.k, row, c.P->ws.x, H, nb, emit, primed);
+    det_mk_gemv<NB>(c, det_mk_items(c, P), s.k, row, x, H, nb, emit, primed);
   });
 }
 

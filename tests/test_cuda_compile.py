@@ -64,9 +64,10 @@ MAX_REGISTERS = 248
 # tile-size instantiation: 210/6 and 295/111; ceilings 216/8 and 302/114. Geometry outs (the GEMV
 # instantiated 1, 2 and 4 rows at a time): the epilogues take the output index from the row
 # function, and each phase's GEMV reads the ring from the context once, not in each instantiation:
-# 180/6 and 272/6, registers 236-242 and 217; ceilings 184/8 and 278/8.
-LOCAL_MEMORY_CEILING = {"75": (184, 8), "80": (184, 8), "86": (184, 8), "89": (184, 8),
-                        "90": (184, 8), "100": (278, 8), "120": (278, 8)}
+# 180/6 and 272/6, registers 236-242 and 217. Geometry stage (RESIDUAL and PLE_GATE read the
+# switch and the phase area from the context): 186/6 and 278/6; ceilings 190/8 and 284/8.
+LOCAL_MEMORY_CEILING = {"75": (190, 8), "80": (190, 8), "86": (190, 8), "89": (190, 8),
+                        "90": (190, 8), "100": (284, 8), "120": (284, 8)}
 
 
 def _tool(path_candidates, name):

@@ -34,8 +34,9 @@ def test_cuda_equals_cpu_on_wide_inputs(di):
 # (grid, warps, ring, tile_rows[, attn[, ahead[, barrier]]]); 0 = the launcher's choice (every SM, 8
 # warps, ring 4, 16 rows); attn > 0: split attention, that many chunks a pass; ahead > 0: weights
 # ahead of their inputs, that many KB per warp into L2; barrier 1: the monotonic counter
-GPU_GEOMETRIES = [(0, 0, 0, 0), (1, 1, 2, 1), (2, 4, 4, 4, 1, 0, 1, 4), (7, 8, 2, 16, 0, 4, 0, 2),
-                  (13, 2, 4, 8, 32, 16, 1, 4), (0, 0, 0, 0, 32), (0, 0, 0, 0, 32, 16, 1), (0, 0, 0, 0, 0, 0, 0, 4)]
+GPU_GEOMETRIES = [(0, 0, 0, 0), (1, 1, 2, 1), (2, 4, 4, 4, 1, 0, 1, 4, 1), (7, 8, 2, 16, 0, 4, 0, 2),
+                  (13, 2, 4, 8, 32, 16, 1, 4, 1), (0, 0, 0, 0, 32), (0, 0, 0, 0, 32, 16, 1),
+                  (0, 0, 0, 0, 0, 0, 0, 4, 1)]
 
 
 @pytest.fixture(scope="module", params=SYNTHETIC)
@@ -44,7 +45,7 @@ def gpu_case(request, di, tmp_path_factory):
     directory = model_dir(name, tmp_path_factory.mktemp("gpu_models"))
 
     def load(g=(0, 0, 0, 0)):
-        geo = dict(zip(("grid", "warps", "ring", "tile_rows", "attn", "ahead", "barrier", "outs"), g))
+        geo = dict(zip(("grid", "warps", "ring", "tile_rows", "attn", "ahead", "barrier", "outs", "stage"), g))
         return di.MegaModel.from_pretrained(directory, device="cuda", max_context=512, geometry=geo)
 
     mm = load()

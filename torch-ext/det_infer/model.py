@@ -34,11 +34,12 @@ from .kv_state import KVState, check_memory
 BATCH_MAX = 16
 EXECUTORS = {"cpu": ("engine", "emulated"), "cuda": ("megakernel",)}
 # Launch geometry of the megakernel: scheduling only, never a bit of the result (docs/SPEC.md §14.3).
-GEOMETRY_FIELDS = ("grid", "warps", "ring", "tile_rows", "seed", "attn", "ahead", "barrier", "outs")
+GEOMETRY_FIELDS = ("grid", "warps", "ring", "tile_rows", "seed", "attn", "ahead", "barrier", "outs", "stage")
 DEFAULT_GEOMETRY = {"emulated": {"grid": 2, "warps": 2, "ring": 2, "tile_rows": 16, "seed": 0, "attn": 0,
-                                 "ahead": 0, "barrier": 0, "outs": 0},
+                                 "ahead": 0, "barrier": 0, "outs": 0, "stage": 0},
                     "megakernel": {"grid": 0, "warps": 0, "ring": 0, "tile_rows": 0, "seed": 0, "attn": 0,
-                                   "ahead": 0, "barrier": 0, "outs": 0}}  # 0: auto (attn, ahead, barrier, outs: the first design)
+                                   "ahead": 0, "barrier": 0, "outs": 0, "stage": 0}}
+# 0: auto (attn, ahead, barrier, outs, stage: the first design)
 AHEAD_MAX_KB = 256  # DET_MK_AHEAD_MAX_KB
 MAX_POSITIONS = 1_000_000  # the rope reduction's validated bound (docs/SPEC.md §7.1)
 DEFAULT_MAX_CONTEXT = 4096
@@ -139,6 +140,10 @@ def _resolve_geometry(executor, geometry):
         raise ValueError(f"det-infer: geometry outs must be 0 or 1 (a warp streams one weight row at a time), 2 or 4 "
                          f"(that many rows at once, each input value loaded feeding all of them; 2 at most for tiles "
                          f"of more than 8 rows), got {g['outs']!r}")
+    if g["stage"] not in (0, 1):
+        raise ValueError(f"det-infer: geometry stage must be 0 (the output projections and Gemma-4's per-layer gate "
+                         f"read their input rows from global memory) or 1 (each block copies them into its shared "
+                         f"memory once, when they fit), got {g['stage']!r}")
     if executor == "emulated" and not (g["grid"] >= 1 and 1 <= g["warps"] <= 32 and g["ring"] in (2, 4)
                                        and g["tile_rows"] in (1, 2, 4, 8, 16)):
         raise ValueError(f"det-infer: emulated geometry {g} is out of range: grid >= 1, warps 1..32, ring 2 or 4, "
