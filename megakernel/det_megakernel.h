@@ -148,7 +148,7 @@ struct det_mk_tile {
                     // and one in a phase's frame would live in local memory
 };
 
-// Shared memory per block: the tile, then each warp's weight ring (ring x 32 lanes x 16 bytes),
+// Shared memory per block: the tile, then each warp's weight ring (ring x outs x 32 lanes x 16 bytes),
 // then the phase area: the tile's normalized rows (tile_rows x hidden) and their norm factors
 // (tile_rows), or per warp the attention
 // scratch (scores and exps of one chunk, the running numerator), or the argmax / sampling partials.
