@@ -236,10 +236,9 @@ DET_DEV void det_mk_gemv_rows(det_vec_u32x4* ring, int depth, int64_t n_items, i
         if (b >= nb) break;
         float xv[8];
         det_mk_load_x8<(NO > 1)>(x + b * ldx + k, xv);
-        DET_UNROLL for (int i = 0; i < NO; ++i) {
+        DET_UNROLL for (int i = 0; i < NO; ++i)
           DET_UNROLL for (int t = 0; t < 8; ++t) acc[b * NO + i] = det_fma_f32(w[i][t], xv[t], acc[b * NO + i]);
-          det_work_fma(8);
-        }
+        det_work_fma(8 * (int)(n_items - g * NO < NO ? n_items - g * NO : NO));  // a repeated item is not work
       }
     }
     if (++s == steps) {

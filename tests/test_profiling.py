@@ -66,16 +66,23 @@ WIDE = dict(grid=2, warps=4, ring=2, tile_rows=4, seed=3)  # 8 warps: more than 
 
 
 @pytest.fixture(scope="module")
-def llama_wide(di, tmp_path_factory):
-    directory = model_dir("llama", tmp_path_factory.mktemp("work"))
-    return di.MegaModel.from_pretrained(directory, max_context=64, executor="emulated", geometry=WIDE)
+def llama_dir(tmp_path_factory):
+    return model_dir("llama", tmp_path_factory.mktemp("work"))
 
 
-def test_work_profile_counts_exactly(llama_wide, prof):
+@pytest.fixture(scope="module")
+def llama_wide(di, llama_dir):
+    return di.MegaModel.from_pretrained(llama_dir, max_context=64, executor="emulated", geometry=WIDE)
+
+
+@pytest.mark.parametrize("outs", [0, 4])
+def test_work_profile_counts_exactly(llama_wide, llama_dir, prof, di, outs):
     """The counted fmas of the last decode step equal the model's own arithmetic: per GEMV phase
     rows x k per input row (plus every block's RMSNorm of the row where the phase normalizes),
-    per attention phase 2 x head_dim per visible slot per query head."""
-    mm = llama_wide
+    per attention phase 2 x head_dim per visible slot per query head. With geometry outs 4 a warp's
+    last group repeats its last row to fill 4; those repeats are not counted."""
+    mm = llama_wide if not outs else di.MegaModel.from_pretrained(
+        llama_dir, max_context=64, executor="emulated", geometry=dict(WIDE, outs=outs))
     cfg = mm.config
     prompt = [5, 9, 2, 7, 1, 3]
     tl = prof.work_profile(mm, [prompt], 3)
