@@ -56,11 +56,22 @@ class Card:
     sms: int
     geometry: dict  # the launch planner's default on this card (device_check's geometry stage)
     runs: str       # the measurements its constants are fitted to
+    smem_block: int  # dynamic shared memory a block may have (the opt-in maximum)
 
 
 CARDS = {
-    "h200": Card("NVIDIA H200", 132, dict(grid=132, warps=8, ring=4, tile_rows=16), "2026-12-04-h200.json"),
+    "h200": Card("NVIDIA H200", 132, dict(grid=132, warps=8, ring=4, tile_rows=16), "2026-12-04-h200.json",
+                 227 * 1024),
 }
+GEMV_ROWS = 16  # input rows a GEMV takes per pass over a weight row (DET_MK_GEMV_ROWS)
+TILE_BYTES = 4 * 1024  # det_mk_tile in shared memory, about (rows of up to 128)
+
+
+def tile_fits(c, cfg, geo):
+    """Whether a block's shared memory holds the geometry's tile (det_mk_smem_bytes: the tile, the
+    rings, tile_rows x (hidden + 1) floats of normalized rows; the attention scratch is smaller)."""
+    rings = geo["warps"] * geo["ring"] * max(geo.get("outs", 0), 1) * 512
+    return TILE_BYTES + rings + geo["tile_rows"] * (cfg["hidden_size"] + 1) * 4 <= c.smem_block
 
 
 def card(name):
@@ -133,10 +144,13 @@ def tile_terms(plan, cfg, geo, sms, positions, wanted, pick, distinct=False):
         if s["weight_rows"]:
             n_in = wanted if kind == "head" else rows
             nbytes = 2 * s["weight_rows"] * s["k"]
-            t["bytes"] += nbytes * per_sm
+            # A tile of more than 16 rows streams each weight row once per 16 (the passes after the
+            # first from L2): counted as DRAM bytes, an upper bound; each pass's first row rides free.
+            passes = max(math.ceil(n_in / GEMV_ROWS), 1)
+            t["bytes"] += nbytes * per_sm * passes
             ahead = 0.5 if geo.get("ahead") else 1.0
             outs = gemv_outs(geo, n_in)
-            t["row"] += nbytes * (n_in - 1) * per_sm / outs
+            t["row"] += nbytes * max(n_in - passes, 0) * per_sm / outs
             t["item"] += math.ceil(s["weight_rows"] / nwarps) * (1 if geo.get("epilogue") == "lane" else n_in) * ahead / outs
         elif kind == "attend":
             attend_terms(t, cfg, geo, nwarps, positions, s.get("window", 0))
@@ -323,9 +337,13 @@ def cmd_predict(args):
     c = card(args.card)
     _, runs = load_runs(RUNS / c.runs)
     constants = fit(c, runs)
-    s, tok_s = predict(c, constants, args.shape, args.batch, args.position, args.prompt,
-                       geometry={"attn": args.attn, "ahead": args.ahead, "barrier": args.barrier,
-                                 "outs": args.outs})
+    geometry = {"attn": args.attn, "ahead": args.ahead, "barrier": args.barrier, "outs": args.outs}
+    if args.tile_rows:
+        geometry["tile_rows"] = args.tile_rows
+    if not tile_fits(c, shape_config(args.shape), dict(c.geometry, **geometry)):
+        sys.exit(f"gpu_model: {args.tile_rows} rows of {args.shape} do not fit a block's shared memory on the "
+                 f"{c.name}")
+    s, tok_s = predict(c, constants, args.shape, args.batch, args.position, args.prompt, geometry=geometry)
     what = f"prefill of {args.batch} x {args.prompt} tokens" if args.prompt else \
         f"decode step, batch {args.batch}, position {args.position}"
     print(f"{c.name} {args.shape} {what}: {s * 1e3:.3f} ms, predicted {tok_s:,.0f} tok/s")
@@ -352,6 +370,10 @@ WHATIF = (
     ("outs 4 (issue 49)", "geometry outs 4: a warp streams 4 weight rows at once (2 past 8 input rows), each "
      "input value it loads feeding all of them: its items and each input row's extra cost at 1 / outs, an estimate",
      {"geometry": {"outs": 4}}),
+    ("prompt tiles of 64 (issue 49)", "geometry tile_rows 64 where the rows fit a block's shared memory (SmolLM2: "
+     "hidden 576; not Llama-1B's 2,048 until the input is staged by K panels): a 1,000-token prompt in 16 passes "
+     "over the weights, not 63, each weight row streamed once per 16 rows (the passes after the first counted as "
+     "DRAM bytes, though they come from L2)", {"geometry": {"tile_rows": 64}}),
     ("phases of 3 us (issue 50)", "each phase's fixed latency from ~15 us to 3 us (the 1.0 us counter wait and "
      "2 us of its own path)", {"phase_us": 3.0}),
     ("rows per weight read (issue 49)", "a register-tiled multi-row GEMV: the per-row cost / 8",
@@ -364,6 +386,9 @@ WHATIF = (
 
 
 def whatif_seconds(c, constants, shape, batch, position, prompt, change):
+    """(seconds, tok/s) with the change, or None where its geometry does not fit the card."""
+    if not tile_fits(c, shape_config(shape), dict(c.geometry, **change.get("geometry", {}))):
+        return None
     k = dict(constants)
     if "phase_us" in change:
         k["phase"] = change["phase_us"] * 1e-6
@@ -387,7 +412,8 @@ def cmd_whatif(args):
     print("|---|" + "---|" * len(WHATIF))
     for shape, batch, position, prompt in cases:
         label = f"{shape} b{batch} " + (f"prefill {prompt}" if prompt else f"position {position:,}")
-        cells = [f"{whatif_seconds(c, constants, shape, batch, position, prompt, ch)[1]:,.0f}" for _, _, ch in WHATIF]
+        cells = [f"{r[1]:,.0f}" if (r := whatif_seconds(c, constants, shape, batch, position, prompt, ch)) else "-"
+                 for _, _, ch in WHATIF]
         print(f"| {label} | " + " | ".join(cells) + " |")
     for name, what, _ in WHATIF[1:]:
         print(f"- {name}: {what}")
@@ -413,6 +439,8 @@ def main(argv=None):
                    help="geometry barrier: 0 the generation barrier, 1 the monotonic counter")
     p.add_argument("--outs", type=int, default=0, choices=(0, 1, 2, 4),
                    help="geometry outs: weight rows a warp streams at once (0 or 1: one)")
+    p.add_argument("--tile-rows", type=int, default=0, choices=(0, 1, 2, 4, 8, 16, 32, 64, 128),
+                   help="geometry tile_rows: rows carried through the layers together (0: the card's default)")
     w = sub.add_parser("whatif", help="the GPU issues' changes, predicted")
     w.add_argument("--card", default="h200")
     args = ap.parse_args(argv)

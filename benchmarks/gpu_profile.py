@@ -16,6 +16,8 @@ benchmarks/gpu_model.py's prediction for the card its constants were fitted to (
             warp streams 4 weight rows at once, 2 in tiles of more than 8 rows)
   stage     per-step ms at batch 1 and 16 with geometry stage 1 (the output projections' inputs
             copied to shared memory once per block; gpu_model has no term for it)
+  tiles     the long prompt's prefill with geometry tile_rows 64 (prompt tiles; refused where 64
+            rows do not fit a block's shared memory)
   batch     per-step ms of the whole model at batch 16
   prefill   tokens/s of a 16- and a 1,000-token prompt (one launch, prompt and first pick)
   timeline  one launch with the phase timeline on (det_infer.profiling): per kind of phase, its
@@ -115,7 +117,7 @@ def predictor(card):
                                        overrides=overrides)[0]
 
     def prefill(shape, prompt, attn=0, **geo):
-        if shape not in SHAPES:
+        if shape not in SHAPES or not gpu_model.tile_fits(c, gpu_model.shape_config(shape), dict(c.geometry, **geo)):
             return None
         return gpu_model.predict(c, constants, shape, 1, prompt=prompt, geometry=dict(geo, attn=attn))[1]
 
@@ -125,10 +127,38 @@ def predictor(card):
 ATTN = (0, 32)  # the attention's geometry: a warp per query head, and split over the grid (issue 48)
 AHEAD = 16  # KB a warp requests ahead of a GEMV phase, measured beside 0 (issue 50)
 OUTS = 4  # weight rows a warp streams at once (2 in 16-row tiles), measured beside 1 (issue 49)
+TILE = 64  # rows of a prompt tile, measured beside the planner's (issue 49)
+# The geometry switches measured beside the defaults: (label, geometry, batches of its per-step
+# rows, whether the long prompt's prefill (attn 32) too, whether gpu_model has a term for it).
+SWITCHES = (
+    (f"ahead {AHEAD}", {"ahead": AHEAD}, (1, 16), True, True),  # issue 50
+    ("barrier 1", {"barrier": 1}, (1, 16), False, True),  # issue 50
+    (f"outs {OUTS}", {"outs": OUTS}, (1, 16), True, True),  # issue 49
+    ("stage 1", {"stage": 1}, (1, 16), False, False),  # issue 49: the model has no term for input reads
+    (f"tile_rows {TILE}", {"tile_rows": TILE}, (), True, True),  # issue 49: prompt tiles
+)
 
 
 def fmt(x, digits=3):
     return "n/a" if x is None else f"{x:,.{digits}f}"
+
+
+def switch_rows(b, name, long_prompt, steps, pred_step, pred_prefill):
+    """The SWITCHES' rows of one shape: per-step ms and the long prompt's prefill, each beside its
+    prediction; a geometry the launcher refuses (a tile whose rows do not fit a block) says so."""
+    for label, geo, batches, prefill, modelled in SWITCHES:
+        for batch in batches:
+            pred = fmt(pred_step(name, batch=batch, **(geo if modelled else {})))
+            ms = b.step_ms(batch=batch, steps=steps, **geo)
+            print(f"| per step, batch {batch}, {label}, ms | {ms:.3f} | {pred}{'' if modelled else ' (no term)'} |",
+                  flush=True)
+        if prefill:
+            try:
+                measured = f"{b.prefill_tok_s(long_prompt, attn=32, **geo):,.0f}"
+            except ValueError as e:
+                measured = f"refused ({str(e).splitlines()[0][:80]})"
+            print(f"| prefill, {long_prompt}-token prompt, attn 32, {label}, tok/s | {measured} | "
+                  f"{fmt(pred_prefill(name, long_prompt, attn=32, **geo), 0)} |", flush=True)
 
 
 def profile(di, names, device, executor, reps, quick, card):
@@ -162,24 +192,7 @@ def profile(di, names, device, executor, reps, quick, card):
                   f"{fmt(pred_prefill(name, n), 0)} |", flush=True)
         print(f"| prefill, {long_prompt}-token prompt, attn 32, tok/s | {b.prefill_tok_s(long_prompt, attn=32):,.0f} | "
               f"{fmt(pred_prefill(name, long_prompt, attn=32), 0)} |", flush=True)
-        for batch in (1, 16):
-            print(f"| per step, batch {batch}, ahead {AHEAD}, ms | {b.step_ms(batch=batch, steps=steps, ahead=AHEAD):.3f} | "
-                  f"{fmt(pred_step(name, batch=batch, ahead=AHEAD))} |", flush=True)
-        print(f"| prefill, {long_prompt}-token prompt, attn 32, ahead {AHEAD}, tok/s | "
-              f"{b.prefill_tok_s(long_prompt, attn=32, ahead=AHEAD):,.0f} | "
-              f"{fmt(pred_prefill(name, long_prompt, attn=32, ahead=AHEAD), 0)} |", flush=True)
-        for batch in (1, 16):
-            print(f"| per step, batch {batch}, barrier 1, ms | {b.step_ms(batch=batch, steps=steps, barrier=1):.3f} | "
-                  f"{fmt(pred_step(name, batch=batch, barrier=1))} |", flush=True)
-        for batch in (1, 16):
-            print(f"| per step, batch {batch}, outs {OUTS}, ms | {b.step_ms(batch=batch, steps=steps, outs=OUTS):.3f} | "
-                  f"{fmt(pred_step(name, batch=batch, outs=OUTS))} |", flush=True)
-        for batch in (1, 16):
-            print(f"| per step, batch {batch}, stage 1, ms | {b.step_ms(batch=batch, steps=steps, stage=1):.3f} | "
-                  f"{fmt(pred_step(name, batch=batch))} (no term) |", flush=True)
-        print(f"| prefill, {long_prompt}-token prompt, attn 32, outs {OUTS}, tok/s | "
-              f"{b.prefill_tok_s(long_prompt, attn=32, outs=OUTS):,.0f} | "
-              f"{fmt(pred_prefill(name, long_prompt, attn=32, outs=OUTS), 0)} |", flush=True)
+        switch_rows(b, name, long_prompt, steps, pred_step, pred_prefill)
         timeline(di, b.model(), steps=4 if quick else 8)
         b.models.clear()
 

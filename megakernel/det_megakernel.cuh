@@ -43,10 +43,12 @@ DET_DEV void det_mk_build_prefill_tile(const det_mk_params& P, det_mk_tile& t, i
   const bool gen = p.max_new > 0;
   t.n = (int)(p.n_rows - r0 < P.geo.tile_rows ? p.n_rows - r0 : P.geo.tile_rows);
   t.n_want = 0;
+  t.rope_in_attn = P.geo.attn > 0;
   for (int i = 0; i < t.n; ++i) {
     t.token[i] = p.tokens[r0 + i];
     t.pos[i] = p.positions[r0 + i];
     t.seq[i] = p.seq[r0 + i];
+    for (int j = 0; j < i && t.rope_in_attn; ++j) t.rope_in_attn = t.seq[j] != t.seq[i];
     if (!p.want[r0 + i]) continue;
     const int j = t.n_want++, s = t.seq[i];
     t.want_row[j] = i;
@@ -84,6 +86,7 @@ DET_DEV void det_mk_build_decode_tile(const det_mk_params& P, det_mk_tile& t, in
   const int64_t V = P.model.vocab;
   t.n = t.n_step - r0 < P.geo.tile_rows ? t.n_step - r0 : P.geo.tile_rows;
   t.n_want = t.n;
+  t.rope_in_attn = P.geo.attn > 0;  // one row per live sequence
   for (int r = 0; r < t.n; ++r) {
     const int s = t.step_seq[r0 + r];
     t.token[r] = t.step_token[r0 + r];
@@ -111,7 +114,7 @@ DET_DEV void det_mk_run(const det_mk_params& P) {
   const det_mk_program& p = P.prog;
   const bool gen = p.max_new > 0;
   if (det_thread() == 0) {
-    for (int s = 0; s < DET_MK_ROWS_MAX; ++s) tile->live[s] = s < p.n_seq;
+    for (int s = 0; s < DET_MK_SEQ_MAX; ++s) tile->live[s] = s < p.n_seq;
     tile->syncs = 0;
     tile->head = det_dense_matrix(P.model.lm_head);
   }

@@ -22,7 +22,9 @@
 #define DET_MK_HD inline
 #endif
 
-#define DET_MK_ROWS_MAX 16       // rows per tile, and sequences per generate program
+#define DET_MK_SEQ_MAX 16        // sequences per generate program, so rows per decode step
+#define DET_MK_TILE_MAX 128      // rows per tile (prompt tiles; a GEMV takes them 16 at a time)
+#define DET_MK_TILE_AUTO_MAX 16  // the most rows the planner picks by itself (larger tiles: asked for)
 #define DET_MK_HEAD_DIM_MAX 512  // attention keeps two 8-wide slices of q per lane
 #define DET_MK_RING_MAX 4
 
@@ -31,7 +33,8 @@ struct det_mk_geometry {
   int grid;        // blocks (all resident: cooperative launch)
   int warps;       // warps per block
   int ring;        // weight-ring depth per warp: 2 or 4 stages of 16 bytes per lane
-  int tile_rows;   // rows carried through the layers together: 1, 2, 4, 8 or 16
+  int tile_rows;   // rows carried through the layers together: 1, 2, 4, ..., 128 (a power of two); a GEMV
+                   // takes a tile of more than 16 rows 16 at a time per weight row (det_mk_gemv_rows)
   uint64_t seed;   // emulation only: the fiber schedule (0: a fixed order)
   int attn;        // the attention's units: 0, one warp per (row, query head) walking the context;
                    // C in 1..DET_MK_ATTN_PASS_CHUNKS, (row, query head, chunk) units over the grid, then
@@ -108,11 +111,11 @@ struct det_mk_workspace {
   float* att;     // (rows, heads*head_dim) attention output
   float* act;     // (rows, inter) act(gate) * up; Gemma-4: also (rows, P) the per-layer branch's
   float* ple;     // (rows, n_layers * P) Gemma-4's per-layer inputs
-  float* logits;  // (rows, vocab) generate mode without step_logits
+  float* logits;  // (min(rows, DET_MK_SEQ_MAX), vocab) generate mode without step_logits (one wanted row a sequence)
   float* sincos;  // (rows, rope_pairs, 2) the rows' rope (sin, cos), every table's pairs
-  float* sample_e;        // (rows, vocab) the sampler's weights e (det_sample.h)
-  int32_t* sample_heap;   // (rows, vocab)
-  int32_t* next_token;   // (DET_MK_ROWS_MAX,) each sequence's latest argmax
+  float* sample_e;        // (min(rows, DET_MK_SEQ_MAX), vocab) the sampler's weights e (det_sample.h)
+  int32_t* sample_heap;   // (min(rows, DET_MK_SEQ_MAX), vocab)
+  int32_t* next_token;   // (DET_MK_SEQ_MAX,) each sequence's latest argmax
   unsigned int* barrier; // (2,) the grid barrier (geometry barrier 1: one 64-bit count); zero before launch
   // Split attention (geometry attn > 0): per (row, query head) and chunk of the pass, the chunk's
   // (m, l) then o[0..head_dim); and the fold's running (m, l, O) between passes.
@@ -132,17 +135,19 @@ struct det_mk_params {
 struct det_mk_tile {
   int n;       // rows
   int n_want;  // rows whose logits are computed
-  int32_t token[DET_MK_ROWS_MAX];
-  int32_t seq[DET_MK_ROWS_MAX];
-  int64_t pos[DET_MK_ROWS_MAX];
-  int32_t want_row[DET_MK_ROWS_MAX];  // tile rows of the wanted rows, in order
-  float* dst[DET_MK_ROWS_MAX];        // where each wanted row's logits go
+  int rope_in_attn;  // split attention (geometry attn > 0) and every row its own sequence (a decode
+                     // step): no row reads another's new key, so the attention units do ROPE's work
+  int32_t token[DET_MK_TILE_MAX];
+  int32_t seq[DET_MK_TILE_MAX];
+  int64_t pos[DET_MK_TILE_MAX];
+  int32_t want_row[DET_MK_TILE_MAX];  // tile rows of the wanted rows, in order
+  float* dst[DET_MK_TILE_MAX];        // where each wanted row's logits go
   // generate mode: per sequence, and the current decode step's rows (split into tiles)
-  int64_t next_pos[DET_MK_ROWS_MAX];
-  int32_t live[DET_MK_ROWS_MAX];
+  int64_t next_pos[DET_MK_SEQ_MAX];
+  int32_t live[DET_MK_SEQ_MAX];
   int n_step;
-  int32_t step_seq[DET_MK_ROWS_MAX];
-  int32_t step_token[DET_MK_ROWS_MAX];
+  int32_t step_seq[DET_MK_SEQ_MAX];
+  int32_t step_token[DET_MK_SEQ_MAX];
   int64_t syncs;  // grid synchronizations passed (thread 0's count: the profiling timeline, the monotonic barrier)
   det_matrix head;  // the lm_head as a dense matrix, set once: the GEMV's rows point at a det_matrix,
                     // and one in a phase's frame would live in local memory
@@ -235,7 +240,7 @@ struct det_mk_device {
 int det_mk_blocks_per_sm(const det_mk_device* d, int threads, size_t dyn_smem);
 
 // Fills the geometry's zero fields for the device: warps 8 (at most the kernel's launch bound),
-// ring 4, tile_rows the largest of 16, 8, 4, 2, 1 whose shared memory fits a block (when even one
+// ring 4, tile_rows the largest of 16 (DET_MK_TILE_AUTO_MAX), 8, 4, 2, 1 whose shared memory fits a block (when even one
 // row does not fit with a ring of 4 and the ring was left to the planner: ring 2), grid every
 // block that can be resident at once. Refuses (DET_MK_ERR_GEOMETRY, with why) a geometry whose
 // blocks cannot all be resident: the grid barrier of a cooperative launch needs every block on

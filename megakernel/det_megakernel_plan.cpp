@@ -19,9 +19,11 @@ Sizes sizes(const det_llama_model* m, int rows) {
   const int64_t QD = m->n_heads * m->head_dim, KVD = m->n_kv_heads * m->head_dim;
   const int64_t act = m->inter > m->ple_dim ? m->inter : m->ple_dim;
   const int64_t part = rows * m->n_heads * (m->head_dim + 2);
+  // Logits and the sampler's scratch hold wanted rows of generate mode: one per sequence.
+  const int64_t wanted = rows < DET_MK_SEQ_MAX ? rows : DET_MK_SEQ_MAX;
   return {up4(rows * m->hidden), up4(rows * QD),       up4(rows * KVD),
           up4(rows * QD),        up4(rows * act),      up4(rows * m->n_layers * m->ple_dim),
-          up4(rows * m->vocab),  up4(rows * m->rope_pairs * 2), up4(part * DET_MK_ATTN_PASS_CHUNKS), up4(part)};
+          up4(wanted * m->vocab),  up4(rows * m->rope_pairs * 2), up4(part * DET_MK_ATTN_PASS_CHUNKS), up4(part)};
 }
 
 int fail(const char** why, int code, const char* text) {
@@ -35,7 +37,7 @@ size_t det_mk_workspace_bytes(const det_llama_model* m, int tile_rows) {
   const Sizes s = sizes(m, tile_rows);
   const int64_t words = 2 * s.x + s.q + 2 * s.kv + s.att + s.act + s.ple + 3 * s.logits + s.sincos + s.attn_part +
                         s.attn_run;  // fp32 or int32
-  return (size_t)words * 4 + DET_MK_ROWS_MAX * sizeof(int32_t) + 4 * sizeof(unsigned int);
+  return (size_t)words * 4 + DET_MK_SEQ_MAX * sizeof(int32_t) + 4 * sizeof(unsigned int);
 }
 
 det_mk_workspace det_mk_workspace_carve(const det_llama_model* m, int tile_rows, void* buf) {
@@ -57,7 +59,7 @@ det_mk_workspace det_mk_workspace_carve(const det_llama_model* m, int tile_rows,
   w.sample_e = f; f += s.logits;
   w.sample_heap = (int32_t*)f; f += s.logits;
   w.next_token = (int32_t*)f;
-  w.barrier = (unsigned int*)(w.next_token + DET_MK_ROWS_MAX);
+  w.barrier = (unsigned int*)(w.next_token + DET_MK_SEQ_MAX);
   return w;
 }
 
@@ -101,8 +103,8 @@ int det_mk_check_geometry(const det_mk_geometry* g, const char** why) {
     return fail(why, DET_MK_ERR_GEOMETRY, "warps must be in [1, 32] per block");
   if (g->ring != 2 && g->ring != 4)
     return fail(why, DET_MK_ERR_GEOMETRY, "ring (weight-ring depth) must be 2 or 4");
-  if (t != 1 && t != 2 && t != 4 && t != 8 && t != 16)
-    return fail(why, DET_MK_ERR_GEOMETRY, "tile_rows must be 1, 2, 4, 8 or 16");
+  if (t < 1 || t > DET_MK_TILE_MAX || (t & (t - 1)) != 0)
+    return fail(why, DET_MK_ERR_GEOMETRY, "tile_rows must be 1, 2, 4, 8, 16, 32, 64 or 128");
   if (g->attn < 0 || g->attn > DET_MK_ATTN_PASS_CHUNKS)
     return fail(why, DET_MK_ERR_GEOMETRY,
                 "attn must be 0 (a warp per query head) or 1..32 (chunk units and a fold, chunks per pass)");
@@ -155,7 +157,7 @@ int det_mk_plan_geometry(const det_llama_model* m, det_mk_geometry* g, const det
   if (ring_auto) g->ring = 4;
   for (;;) {
     if (tile_auto) {
-      g->tile_rows = DET_MK_ROWS_MAX;
+      g->tile_rows = DET_MK_TILE_AUTO_MAX;
       while (g->tile_rows > 1 && det_mk_smem_bytes(m, g) > smem_max) g->tile_rows /= 2;
     }
     if (!ring_auto || g->ring == 2 || det_mk_smem_bytes(m, g) <= smem_max) break;
@@ -178,7 +180,7 @@ int det_mk_plan_geometry(const det_llama_model* m, det_mk_geometry* g, const det
 int det_mk_check_program(const det_llama_model* m, const det_mk_program* p, const int32_t* tokens,
                          const int64_t* positions, const int32_t* seq, const uint8_t* want,
                          const int64_t* capacities, const char** why) {
-  if (p->max_new > 0 && p->n_seq > DET_MK_ROWS_MAX)
+  if (p->max_new > 0 && p->n_seq > DET_MK_SEQ_MAX)
     return fail(why, DET_MK_ERR_PROGRAM, "a generate program takes at most 16 sequences");
   if (p->n_stop < 0) return fail(why, DET_MK_ERR_PROGRAM, "negative stop count");
   const int rc = det_program_check(m, p->n_rows, tokens, positions, seq, want, p->n_seq, capacities, p->max_new, why);

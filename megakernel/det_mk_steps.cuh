@@ -145,9 +145,7 @@ DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, const det_step& s, b
   const det_mk_qkv_rows row = det_mk_qkv_rows_of(c, s);
   const int64_t QD = row.QD, KVD = row.KVD;
   det_mk_with_nb(nb, [&]<int NB>() {
-    auto emit = [&](int64_t it, float y) {  // on the lane of row b
-      const int b = det_mk_tree_row<NB>();
-      if (b < 0 || b >= nb) return;
+    auto emit = [&](int64_t it, int b, float y) {  // on the lane of row b
       const int64_t n = row.output(it);
       // Output n of q, k or v: its buffer, row length, index in the row and bias (or null).
       const bool is_q = n < QD, is_k = !is_q && n < QD + KVD;
@@ -210,9 +208,7 @@ DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_
   const float* in = det_mk_stage_rows(c, s.input == DET_IN_ATT ? c.P->ws.att : c.P->ws.act, nb, s.k);
   const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
   det_mk_with_nb(nb, [&]<int NB>() {
-    auto emit = [&](int64_t it, float y) {  // on the lane of row b
-      const int b = det_mk_tree_row<NB>();
-      if (b < 0 || b >= nb) return;
+    auto emit = [&](int64_t it, int b, float y) {  // on the lane of row b
       const int64_t n = row.output(it);
       const float yb = s.bias ? det_add_f32(y, det_ld(s.bias + n)) : y;
       if (s.norm) {
@@ -253,12 +249,12 @@ DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, const det_step& s, b
   det_mk_norm_rows(c, nb, nullptr, false, L.mlp_norm);
   const det_mk_mlp_rows row = det_mk_mlp_rows_of(c, s);
   det_mk_with_nb(nb, [&]<int NB>() {
-    float gate = 0.0f;  // row b's gate on its lane, until its up row comes (the next item)
-    auto emit = [&](int64_t it, float y) {  // on the lane of row b
-      const int b = det_mk_tree_row<NB>();
-      if (b < 0 || b >= nb) return;
-      if (it % 2 == 0) gate = y;
-      else act[b * I + row.output(it)] = det_mul_f32(det_act_f32((int)m.act, gate), y);
+    // Row b's gate waits in act for its up row (the next item; the same lane, whichever chunk of
+    // the tile's rows b is in): a register would hold only one chunk's.
+    auto emit = [&](int64_t it, int b, float y) {  // on the lane of row b
+      float* a = act + b * I + row.output(it);
+      if (it % 2 == 0) *a = y;
+      else *a = det_mul_f32(det_act_f32((int)m.act, *a), y);
     };
     det_mk_gemv<NB>(c, 2 * det_mk_items(c, I), s.k, row, c.area, m.hidden, nb, emit, primed);
   });
@@ -275,9 +271,8 @@ DET_DEV_NOINLINE void det_mk_phase_ple_project(const det_mk_ctx& c, const det_st
   det_mk_load_rows(c, nb, nullptr, s.reads_embedding);
   const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
   det_mk_with_nb(nb, [&]<int NB>() {
-    auto emit = [&](int64_t it, float y) {  // on the lane of row b
-      const int b = det_mk_tree_row<NB>();
-      if (b >= 0 && b < nb) ple[b * LP + row.output(it)] = det_mul_f32(y, scale);
+    auto emit = [&](int64_t it, int b, float y) {  // on the lane of row b
+      ple[b * LP + row.output(it)] = det_mul_f32(y, scale);
     };
     det_mk_gemv<NB>(c, det_mk_items(c, LP), s.k, row, c.area, H, nb, emit, primed);
   });
@@ -312,9 +307,7 @@ DET_DEV_NOINLINE void det_mk_phase_ple_gate(const det_mk_ctx& c, const det_step&
   const float* x = det_mk_stage_rows(c, c.P->ws.x, nb, H);
   const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
   det_mk_with_nb(nb, [&]<int NB>() {
-    auto emit = [&](int64_t it, float y) {  // on the lane of row b
-      const int b = det_mk_tree_row<NB>();
-      if (b < 0 || b >= nb) return;
+    auto emit = [&](int64_t it, int b, float y) {  // on the lane of row b
       const int64_t n = row.output(it);
       act[b * P + n] = det_mul_f32(det_act_f32(DET_ACT_GELU_TANH, y), det_ld(ple + b * LP + l * P + n));
     };
@@ -330,9 +323,7 @@ DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c, const det_step& s, 
   det_mk_norm_rows(c, nw, t.want_row, false, m.final_norm);
   const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
   det_mk_with_nb(nw, [&]<int NB>() {
-    auto emit = [&](int64_t it, float y) {  // on the lane of wanted row j
-      const int j = det_mk_tree_row<NB>();
-      if (j < 0 || j >= nw) return;
+    auto emit = [&](int64_t it, int j, float y) {  // on the lane of wanted row j
       t.dst[j][row.output(it)] = m.softcap ? det_softcap_f32(y, det_ld(m.softcap)) : y;
     };
     det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, c.area, m.hidden, nw, emit, primed);
@@ -440,13 +431,10 @@ DET_DEV_NOINLINE void det_mk_phase_argmax(const det_mk_ctx& c) {
 // two phases). HEAD runs only when the tile has wanted rows.
 // Split attention's units take ROPE's work on themselves when no row of the tile reads another
 // row's new key (every row its own sequence: a decode step): one phase and barrier a layer fewer.
-// Asked at each use, not kept: a value live across the step loop spilled on sm_100/120.
-DET_DEV bool det_mk_rope_in_attn(const det_mk_ctx& c) {
-  bool distinct = c.P->geo.attn > 0;
-  for (int a = 0; a < c.tile->n; ++a)
-    for (int b = 0; b < a; ++b) distinct = distinct && c.tile->seq[a] != c.tile->seq[b];
-  return distinct;
-}
+// Thread 0 decides it when it builds the tile; asked at each use, not kept: a value live across
+// the step loop spilled on sm_100/120. The tile sits at the start of shared memory (det_mk_run):
+// read there, not through the context, which the phases' references keep in local memory.
+DET_DEV bool det_mk_rope_in_attn() { return ((const det_mk_tile*)det_smem())->rope_in_attn; }
 
 // ---- weights ahead of their inputs (geometry ahead) --------------------------------------------
 
@@ -462,7 +450,7 @@ DET_DEV int64_t det_mk_next_phase(const det_mk_ctx& c, int64_t i) {
   for (int64_t j = i + 1; j < m.n_steps; ++j) {
     const int32_t kind = m.steps[j].kind;
     if (kind == DET_STEP_EMBED || (kind == DET_STEP_HEAD && c.tile->n_want == 0) ||
-        (kind == DET_STEP_ROPE && det_mk_rope_in_attn(c)))
+        (kind == DET_STEP_ROPE && det_mk_rope_in_attn()))
       continue;
     return j;
   }
@@ -476,21 +464,24 @@ DET_DEV_NOINLINE bool det_mk_primed(const det_mk_ctx c, int64_t j) {
 }
 
 // The weights of GEMV step s ahead (det_mk_gemv_ahead): into the ring when ring, and the first
-// geometry-ahead KB of this warp's rows into L2; its rows as many at a time as the phase will take
-// them (det_mk_gemv_outs of the phase's input rows: the wanted rows for HEAD, else the tile's).
+// geometry-ahead KB of this warp's rows into L2; its rows as many at a time, and in as many chunks,
+// as the phase will take them (det_mk_gemv_outs and det_mk_gemv_chunks of the phase's input rows:
+// the wanted rows for HEAD, else the tile's).
 template <int NO>
-DET_DEV void det_mk_weights_ahead_rows(const det_mk_ctx& c, const det_step& s, bool ring) {
+DET_DEV void det_mk_weights_ahead_rows(const det_mk_ctx& c, const det_step& s, int chunks, bool ring) {
   const int64_t items = det_mk_items(c, s.n), l2 = (int64_t)c.P->geo.ahead * 1024;
-  if (s.kind == DET_STEP_QKV) return det_mk_gemv_ahead<NO>(c, items, s.k, det_mk_qkv_rows_of(c, s), ring, l2);
+  if (s.kind == DET_STEP_QKV)
+    return det_mk_gemv_ahead<NO>(c, items, s.k, det_mk_qkv_rows_of(c, s), chunks, ring, l2);
   if (s.kind == DET_STEP_MLP)
-    return det_mk_gemv_ahead<NO>(c, 2 * items, s.k, det_mk_mlp_rows_of(c, s), ring, l2);
-  det_mk_gemv_ahead<NO>(c, items, s.k, det_mk_matrix_rows_of(c, s), ring, l2);
+    return det_mk_gemv_ahead<NO>(c, 2 * items, s.k, det_mk_mlp_rows_of(c, s), chunks, ring, l2);
+  det_mk_gemv_ahead<NO>(c, items, s.k, det_mk_matrix_rows_of(c, s), chunks, ring, l2);
 }
 DET_DEV_NOINLINE void det_mk_weights_ahead(const det_mk_ctx c, const det_step& s, bool ring) {
-  const int outs = det_mk_gemv_outs(&c.P->geo, s.kind == DET_STEP_HEAD ? c.tile->n_want : c.tile->n);
-  if (outs == 1) det_mk_weights_ahead_rows<1>(c, s, ring);
-  else if (outs == 2) det_mk_weights_ahead_rows<2>(c, s, ring);
-  else det_mk_weights_ahead_rows<4>(c, s, ring);
+  const int nb = s.kind == DET_STEP_HEAD ? c.tile->n_want : c.tile->n;
+  const int outs = det_mk_gemv_outs(&c.P->geo, nb), chunks = det_mk_gemv_chunks(nb);
+  if (outs == 1) det_mk_weights_ahead_rows<1>(c, s, chunks, ring);
+  else if (outs == 2) det_mk_weights_ahead_rows<2>(c, s, chunks, ring);
+  else det_mk_weights_ahead_rows<4>(c, s, chunks, ring);
 }
 
 // Before the last barrier of step i's phase: the next phase's weights when it is a GEMV (ring and
@@ -525,7 +516,7 @@ DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
       case DET_STEP_PLE_FINISH: det_mk_phase_ple_finish(c); break;
       case DET_STEP_QKV: det_mk_phase_qkv(c, s, det_mk_primed(c, i)); break;
       case DET_STEP_ROPE:
-        if (det_mk_rope_in_attn(c)) continue;
+        if (det_mk_rope_in_attn()) continue;
         det_mk_phase_rope(c, s.layer);
         break;
       case DET_STEP_ATTEND:
@@ -534,11 +525,11 @@ DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
           break;
         }
         if (det_mk_attn_most_chunks(c, s.layer) == 1) {  // one chunk a row: no fold
-          det_mk_phase_attn_chunks(c, s.layer, 0, true, det_mk_rope_in_attn(c));
+          det_mk_phase_attn_chunks(c, s.layer, 0, true, det_mk_rope_in_attn());
           break;
         }
         for (int64_t pass = 0, passes = det_mk_attn_passes(c, s.layer); pass < passes; ++pass) {
-          det_mk_phase_attn_chunks(c, s.layer, pass, false, det_mk_rope_in_attn(c));
+          det_mk_phase_attn_chunks(c, s.layer, pass, false, det_mk_rope_in_attn());
           det_mk_grid_sync(c, (int32_t)(2 * i + 1));  // every chunk's partial is written
           det_mk_phase_attn_fold(c, s.layer, pass);
           if (pass + 1 < passes) det_mk_grid_sync(c, (int32_t)(2 * i + 1));  // the fold's state, the partials

@@ -112,7 +112,13 @@ DET_DEV void det_mk_warp_rmsnorm(float* v, int64_t K, const float* w, float eps)
   det_sync_warp();
 }
 
-// Calls f.template operator()<NB>() with NB the smallest of 1, 2, 4, 8, 16 holding n rows.
+// Input rows a GEMV takes per pass over a weight row: a tile of more rows is taken this many at a
+// time (chunks), so a lane keeps at most outs x 16 accumulators.
+#define DET_MK_GEMV_ROWS 16
+DET_MK_HD int det_mk_gemv_chunks(int nb) { return (nb + DET_MK_GEMV_ROWS - 1) / DET_MK_GEMV_ROWS; }
+
+// Calls f.template operator()<NB>() with NB the smallest of 1, 2, 4, 8, 16 holding n rows, or 16
+// (DET_MK_GEMV_ROWS) for more: the GEMV then takes them in chunks of 16.
 template <class F>
 DET_DEV void det_mk_with_nb(int n, F f) {
   if (n <= 1) f.template operator()<1>();
@@ -191,28 +197,33 @@ DET_DEV int64_t det_mk_gemv_steps(int64_t K) { return (K + 8 * DET_WARP - 1) / (
 
 // The warp's GEMV rows, NO at a time (geometry outs, det_mk_gemv_outs): item it is the weight row
 // row(it) (a det_mk_row; K % 8 == 0, rows 16-byte aligned when dense, 4-byte when nf4), dotted
-// with the nb input rows x + b*ldx. Weights stream through the warp's ring of depth stages, a
-// stage holding the same 16-byte piece of each of the group's NO rows (each lane copies and later
-// reads only its own slots, so no warp barrier is needed); each weight is read once for all nb
-// rows, and each 8 inputs a lane loads feed all NO rows. Every accumulator is its own fma chain
-// in §9's order and its own tree, whatever NO is. After each item, in item order, emit(it, y)
-// runs on every lane, with y the canonical dot of input row det_mk_tree_row<NB>() where that is
-// a row (>= 0): the rows' epilogues (a bias, an activation, a residual's load and store) run side
-// by side, not in turn on lane 0, and a row's items come to the same lane. primed:
-// det_mk_gemv_ahead has already issued (and committed) the first depth - 1 stages, before the
-// barrier the phase began with.
+// with the nb input rows x + b*ldx, NB at a time (nb > NB only when NB is DET_MK_GEMV_ROWS: each
+// group of NO items is then streamed once per chunk of NB rows, from L2 after the first). Weights
+// stream through the warp's ring of depth stages, a stage holding the same 16-byte piece of each
+// of the group's NO rows (each lane copies and later reads only its own slots, so no warp barrier
+// is needed); each weight read feeds a chunk's rows, and each 8 inputs a lane loads feed all NO
+// rows. Every accumulator is its own fma chain in §9's order and its own tree, whatever NO and the
+// chunks are. After each (group, chunk), in item order, emit(it, b, y) runs on the lane that holds
+// input row b's canonical dot y (det_mk_tree_row<NB>() of the chunk), for every live row b: the
+// rows' epilogues (a bias, an activation, a residual's load and store) run side by side, not in
+// turn on lane 0, and a row's items come to the same lane. primed: det_mk_gemv_ahead has already
+// issued (and committed) the first depth - 1 stages, before the barrier the phase began with.
 template <int NO, int NB, class Row, class Emit>
 DET_DEV void det_mk_gemv_rows(det_vec_u32x4* ring, int depth, int64_t n_items, int64_t K, Row row, const float* x,
                               int64_t ldx, int nb, Emit emit, bool primed) {
   if (n_items <= 0) return;
-  const int lane = det_lane();
-  const int64_t steps = det_mk_gemv_steps(K), groups = (n_items + NO - 1) / NO, total = groups * steps;
+  const int lane = det_lane(), chunks = (nb + NB - 1) / NB, tree_row = det_mk_tree_row<NB>();
+  const int64_t steps = det_mk_gemv_steps(K), groups = (n_items + NO - 1) / NO, total = groups * chunks * steps;
   const int mask = depth - 1;
   int64_t issue_g = 0, issue_s = 0, issued = 0;
-  auto issue = [&](bool copy) {  // the next (group, step) into its ring slot, or an empty group at the end
+  int issue_c = 0;
+  auto issue = [&](bool copy) {  // the next (group, chunk, step) into its ring slot, or an empty stage at the end
     if (issued < total) {
       if (copy) det_mk_issue_stage<NO>(ring, row, K, n_items, issue_g, issue_s, issued & mask);
-      if (++issue_s == steps) issue_s = 0, ++issue_g;
+      if (++issue_s == steps) {
+        issue_s = 0;
+        if (++issue_c == chunks) issue_c = 0, ++issue_g;
+      }
     }
     ++issued;
     if (copy) det_cp_async_commit();
@@ -222,6 +233,8 @@ DET_DEV void det_mk_gemv_rows(det_vec_u32x4* ring, int depth, int64_t n_items, i
   float acc[NB * NO];  // acc[b * NO + i]: lane l is accumulator l of item i's dot with input row b (§9)
   DET_UNROLL for (int j = 0; j < NB * NO; ++j) acc[j] = 0.0f;
   int64_t g = 0, s = 0;
+  int ch = 0, live = nb < NB ? nb : NB;  // the chunk, and its rows
+  const float* xc = x;                   // its first input row
   for (int64_t f = 0; f < total; ++f) {
     issue(true);
     if (depth == 4) det_cp_async_wait<3>();  // stage f has landed; depth - 1 stay in flight
@@ -233,9 +246,9 @@ DET_DEV void det_mk_gemv_rows(det_vec_u32x4* ring, int depth, int64_t n_items, i
         det_mk_decode8(row(det_mk_group_item<NO>(n_items, g, i)), K, k,
                        det_ld(&ring[((f & mask) * NO + i) * DET_WARP + lane]), w[i]);
       DET_UNROLL for (int b = 0; b < NB; ++b) {
-        if (b >= nb) break;
+        if (b >= live) break;
         float xv[8];
-        det_mk_load_x8<(NO > 1)>(x + b * ldx + k, xv);
+        det_mk_load_x8<(NO > 1)>(xc + b * ldx + k, xv);
         DET_UNROLL for (int i = 0; i < NO; ++i)
           DET_UNROLL for (int t = 0; t < 8; ++t) acc[b * NO + i] = det_fma_f32(w[i][t], xv[t], acc[b * NO + i]);
         det_work_fma(8 * (int)(n_items - g * NO < NO ? n_items - g * NO : NO));  // a repeated item is not work
@@ -244,10 +257,12 @@ DET_DEV void det_mk_gemv_rows(det_vec_u32x4* ring, int depth, int64_t n_items, i
     if (++s == steps) {
       det_mk_warp_tree_rows<NB * NO, NO>(acc);
       DET_UNROLL for (int i = 0; i < NO; ++i)
-        if (g * NO + i < n_items) emit(g * NO + i, acc[i]);
+        if (g * NO + i < n_items && tree_row >= 0 && tree_row < live) emit(g * NO + i, ch * NB + tree_row, acc[i]);
       DET_UNROLL for (int j = 0; j < NB * NO; ++j) acc[j] = 0.0f;
       s = 0;
-      ++g;
+      if (++ch == chunks) ch = 0, ++g;
+      live = nb - ch * NB < NB ? nb - ch * NB : NB;
+      xc = x + ch * NB * ldx;
     }
   }
 }
@@ -269,17 +284,18 @@ DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row ro
 // Weights ahead of their inputs (geometry ahead > 0; docs/SPEC.md §14.3): weights never depend on
 // activations, so before the barrier a GEMV phase begins with, each warp issues that phase's
 // first depth - 1 ring stages (ring: the phase's det_mk_gemv is then called primed and counts
-// them as issued; NO its rows at a time, as the phase will stream them) and hints the first
-// l2_bytes of its weight rows into L2 (prefetch.global.L2, each lane a 128-byte line of 32), so
-// the phase's first loads do not wait for DRAM. Scheduling only: what lands in the ring is what
+// them as issued; NO rows at a time and `chunks` passes a group, as the phase will stream them)
+// and hints the first l2_bytes of its weight rows into L2 (prefetch.global.L2, each lane a
+// 128-byte line of 32), so the phase's first loads do not wait for DRAM. Scheduling only: what lands in the ring is what
 // the GEMV would have copied itself.
 template <int NO, class Row>
-DET_DEV void det_mk_gemv_ahead(const det_mk_ctx& c, int64_t n_items, int64_t K, Row row, bool ring, int64_t l2_bytes) {
+DET_DEV void det_mk_gemv_ahead(const det_mk_ctx& c, int64_t n_items, int64_t K, Row row, int chunks, bool ring,
+                               int64_t l2_bytes) {
   if (n_items <= 0) return;
-  const int64_t steps = det_mk_gemv_steps(K), total = (n_items + NO - 1) / NO * steps;
+  const int64_t steps = det_mk_gemv_steps(K), total = (n_items + NO - 1) / NO * chunks * steps;
   if (ring)
-    for (int64_t f = 0; f < c.depth - 1; ++f) {
-      if (f < total) det_mk_issue_stage<NO>(c.ring, row, K, n_items, f / steps, f % steps, f);
+    for (int64_t f = 0; f < c.depth - 1; ++f) {  // stage f is (group, chunk, step) as det_mk_gemv_rows counts
+      if (f < total) det_mk_issue_stage<NO>(c.ring, row, K, n_items, f / (chunks * steps), f % steps, f);
       det_cp_async_commit();
     }
   for (int64_t it = 0; it < n_items && l2_bytes > 0; ++it) {

@@ -31,12 +31,13 @@ def test_cuda_equals_cpu_on_wide_inputs(di):
 
 
 # ---- the megakernel -------------------------------------------------------------------------------
-# (grid, warps, ring, tile_rows[, attn[, ahead[, barrier]]]); 0 = the launcher's choice (every SM, 8
-# warps, ring 4, 16 rows); attn > 0: split attention, that many chunks a pass; ahead > 0: weights
-# ahead of their inputs, that many KB per warp into L2; barrier 1: the monotonic counter
+# (grid, warps, ring, tile_rows[, attn[, ahead[, barrier[, outs[, stage]]]]]); 0 = the launcher's choice
+# (every SM, 8 warps, ring 4, 16 rows at most; 64 and 128: prompt tiles, asked for); attn > 0: split
+# attention, that many chunks a pass; ahead > 0: weights ahead of their inputs, that many KB per warp
+# into L2; barrier 1: the monotonic counter
 GPU_GEOMETRIES = [(0, 0, 0, 0), (1, 1, 2, 1), (2, 4, 4, 4, 1, 0, 1, 4, 1), (7, 8, 2, 16, 0, 4, 0, 2),
                   (13, 2, 4, 8, 32, 16, 1, 4, 1), (0, 0, 0, 0, 32), (0, 0, 0, 0, 32, 16, 1),
-                  (0, 0, 0, 0, 0, 0, 0, 4, 1)]
+                  (0, 0, 0, 0, 0, 0, 0, 4, 1), (0, 0, 0, 64, 32, 16, 0, 2), (0, 0, 0, 128)]  # prompt tiles
 
 
 @pytest.fixture(scope="module", params=SYNTHETIC)

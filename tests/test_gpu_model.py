@@ -110,6 +110,26 @@ def test_outs_divides_the_item_and_row_terms_only(fitted):
     assert fast < slow
 
 
+def test_prompt_tiles_count_fewer_phases_and_a_weight_pass_per_16_rows(fitted):
+    """Geometry tile_rows 64 on a 1,000-token prompt: 16 tiles' phases instead of 63, each weight row
+    streamed once per 16 rows of a tile (so 63 passes' bytes either way, as 64-row tiles take them
+    16 at a time), the same rows' work; refused where the rows do not fit a block (Llama-1B)."""
+    c, _, constants = fitted
+    cfg = gpu_model.shape_config("SmolLM2-135M")
+    plan = gpu_model.layer_plan(cfg)
+    base = gpu_model.launch_terms(plan, cfg, dict(c.geometry), c.sms, 1, 1000, 0)
+    big = gpu_model.launch_terms(plan, cfg, dict(c.geometry, tile_rows=64), c.sms, 1, 1000, 0)
+    assert big["phase"] * 63 == pytest.approx(base["phase"] * 16, rel=1e-3)  # the head: the last tile's only
+    assert big["bytes"] == pytest.approx(base["bytes"]) and big["row"] == pytest.approx(base["row"])
+    assert big["attend"] < base["attend"] / 3
+    _, slow = gpu_model.predict(c, constants, "SmolLM2-135M", 1, prompt=1000)
+    _, fast = gpu_model.predict(c, constants, "SmolLM2-135M", 1, prompt=1000, geometry={"tile_rows": 64})
+    assert fast > 1.5 * slow
+    assert gpu_model.tile_fits(c, cfg, dict(c.geometry, tile_rows=64))
+    assert not gpu_model.tile_fits(c, gpu_model.shape_config("Llama-3.2-1B"), dict(c.geometry, tile_rows=64))
+    assert gpu_model.tile_fits(c, gpu_model.shape_config("Llama-3.2-1B"), dict(c.geometry))
+
+
 def test_monotonic_barrier_saves_the_measured_difference_per_phase(fitted):
     """Geometry barrier 1: every phase (each ends at a grid barrier) shorter by the H200's measured
     difference between the two barriers, nothing else changed."""

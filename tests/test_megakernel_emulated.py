@@ -1,6 +1,6 @@
 """The megakernel's device code, run on the host under SIMT emulation (megakernel/det_simt.h, one
 fiber per CUDA thread), reproduces the CPU engine's pinned digests bit for bit: across grid
-geometries (1, 2, 3 and 5 blocks; 1, 2 and 4 warps; ring depths 2 and 4; tiles of 1 to 16 rows;
+geometries (1, 2, 3 and 5 blocks; 1, 2 and 4 warps; ring depths 2 and 4; tiles of 1 to 64 rows;
 weights requested ahead of their phase or not; the generation barrier or the monotonic counter), randomized fiber schedules, batch 1 and 16, single launch and one launch per step. Bad programs are
 refused before launch, and a kernel with a missing barrier is caught by the schedules."""
 import subprocess
@@ -16,8 +16,10 @@ from det_fixtures.pins import MODEL_DIGESTS
 # ahead: KB of weights requested before a GEMV phase's barrier[, barrier: 1 the monotonic counter[,
 # outs: weight rows a warp streams at once[, stage: 1 RESIDUAL's and PLE_GATE's inputs copied to
 # shared memory]]]]])
-GEOMETRIES = [(1, 1, 2, 1, 0), (2, 2, 4, 2, 11, 1, 0, 1, 4, 1), (3, 1, 4, 16, 12, 0, 4, 0, 2),
-              (5, 2, 2, 4, 13, 0, 1, 1, 2, 1), (2, 4, 2, 8, 14, 32, 16, 0, 4, 1)]
+# Tiles of 64 and 32 rows (prompt tiles) take the 64-token teacher and the 100-token prompt in chunks
+# of 16 rows per weight row, the last one partial.
+GEOMETRIES = [(1, 1, 2, 1, 0), (2, 2, 4, 2, 11, 1, 0, 1, 4, 1), (3, 1, 4, 64, 12, 0, 4, 0, 2),
+              (5, 2, 2, 4, 13, 0, 1, 1, 2, 1), (2, 4, 2, 32, 14, 32, 16, 0, 4, 1)]
 
 
 def geometry(g):
@@ -129,6 +131,8 @@ def test_bad_geometry_and_executor(di, tmp_root):
         di.MegaModel.from_pretrained(directory, executor="emulated", geometry={"outs": 8})
     with pytest.raises(ValueError, match=r"stage must be 0 .* or 1"):
         di.MegaModel.from_pretrained(directory, executor="emulated", geometry={"stage": 2})
+    with pytest.raises(ValueError, match=r"tile_rows 1, 2, 4, 8, 16, 32, 64 or 128"):
+        di.MegaModel.from_pretrained(directory, executor="emulated", geometry={"tile_rows": 48})
     with pytest.raises(ValueError, match="does not run on cpu"):
         di.MegaModel.from_pretrained(directory, executor="megakernel")
     with pytest.raises(ValueError, match="applies to the megakernel"):
@@ -161,6 +165,8 @@ def test_raw_op_refuses_bad_programs(di, tmp_root):
         forward([5, 6], [3, 3])
     with pytest.raises(ValueError, match="tile_rows must be"):
         forward([5], [0], geo=[2, 2, 2, 3, 0, 0, 0, 0, 0, 0])
+    with pytest.raises(ValueError, match=r"tile_rows must be 1, 2, 4, 8, 16, 32, 64 or 128"):
+        forward([5], [0], geo=[2, 2, 2, 256, 0, 0, 0, 0, 0, 0])
     with pytest.raises(ValueError, match="warps must be"):
         forward([5], [0], geo=[2, 0, 2, 16, 0, 0, 0, 0, 0, 0])
     with pytest.raises(ValueError, match="attn must be"):

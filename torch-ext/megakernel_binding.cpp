@@ -201,7 +201,7 @@ det_mk_geometry generate(Model model, const torch::Tensor& prompts, const torch:
   const torch::Device& dev = nm.device;
   HostProgram h = host_program(cache_views(nm.model, caches, dev));
   const int64_t B = (int64_t)h.seqs.size();
-  TORCH_CHECK_VALUE(B >= 1 && B <= DET_MK_ROWS_MAX, "det-infer: the megakernel generates for 1..", DET_MK_ROWS_MAX,
+  TORCH_CHECK_VALUE(B >= 1 && B <= DET_MK_SEQ_MAX, "det-infer: the megakernel generates for 1..", DET_MK_SEQ_MAX,
                     " sequences, got ", B);
   check_generate_args(prompts, prompt_offsets, start_positions, B, max_new, out_tokens, out_lengths, step_logits,
                       nm.model.vocab, dev);

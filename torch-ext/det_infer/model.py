@@ -34,6 +34,8 @@ from .kv_state import KVState, check_memory
 BATCH_MAX = 16
 EXECUTORS = {"cpu": ("engine", "emulated"), "cuda": ("megakernel",)}
 # Launch geometry of the megakernel: scheduling only, never a bit of the result (docs/SPEC.md §14.3).
+# Rows per tile (DET_MK_TILE_MAX = 128); the GPU planner picks at most 16 by itself.
+TILE_ROWS = (1, 2, 4, 8, 16, 32, 64, 128)
 GEOMETRY_FIELDS = ("grid", "warps", "ring", "tile_rows", "seed", "attn", "ahead", "barrier", "outs", "stage")
 DEFAULT_GEOMETRY = {"emulated": {"grid": 2, "warps": 2, "ring": 2, "tile_rows": 16, "seed": 0, "attn": 0,
                                  "ahead": 0, "barrier": 0, "outs": 0, "stage": 0},
@@ -145,9 +147,9 @@ def _resolve_geometry(executor, geometry):
                          f"read their input rows from global memory) or 1 (each block copies them into its shared "
                          f"memory once, when they fit), got {g['stage']!r}")
     if executor == "emulated" and not (g["grid"] >= 1 and 1 <= g["warps"] <= 32 and g["ring"] in (2, 4)
-                                       and g["tile_rows"] in (1, 2, 4, 8, 16)):
+                                       and g["tile_rows"] in TILE_ROWS):
         raise ValueError(f"det-infer: emulated geometry {g} is out of range: grid >= 1, warps 1..32, ring 2 or 4, "
-                         "tile_rows 1, 2, 4, 8 or 16")
+                         "tile_rows 1, 2, 4, 8, 16, 32, 64 or 128")
     return g
 
 
