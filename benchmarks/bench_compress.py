@@ -47,11 +47,10 @@ def main():
 
     di = get_kernel("phanerozoic/det-infer", version=1)
     model = args.model or real_models.smollm2_checkpoint()
-    load = di.MegaModel.from_gguf if str(model).endswith(".gguf") else di.MegaModel.from_pretrained
-    mm = load(str(model), max_context=max(args.window, 64))
+    mm = di.MegaModel.load(str(model), max_context=max(args.window, 64))
     tok = mm.tokenizer()
     decoder = mm if args.decompress_executor == "engine" else \
-        load(str(model), max_context=max(args.window, 64), executor=args.decompress_executor)
+        di.MegaModel.load(str(model), max_context=max(args.window, 64), executor=args.decompress_executor)
     files = [Path(f) for f in args.files] or [f for f in DEFAULT_FILES if f.exists()] or [ROOT / "LICENSE"]
     mm.generate([5, 6, 7], 2)  # warm
     print(f"{'file':<12} {'bytes':>7} {'tokens':>7} {'det-infer':>10} {'gzip -9':>8} {'xz -9':>8} {'zstd -19':>8} "

@@ -38,8 +38,7 @@ def main():
 
     di = get_kernel("phanerozoic/det-infer", version=1)
     model = str(args.model or real_models.smollm2_checkpoint())
-    load = di.MegaModel.from_gguf if model.endswith(".gguf") else di.MegaModel.from_pretrained
-    mm = load(model, max_context=args.prompt_len + args.max_new)
+    mm = di.MegaModel.load(model, max_context=args.prompt_len + args.max_new)
     rng = random.Random(1)
     items = [{"id": i, "prompt_ids": [rng.randrange(3, mm.config.vocab_size) for _ in range(rng.randint(8, args.prompt_len))]}
              for i in range(args.rows)]

@@ -45,8 +45,7 @@ def main():
 
     di = get_kernel("phanerozoic/det-infer", version=1)
     model = args.model or real_models.smollm2_checkpoint()
-    load = di.MegaModel.from_gguf if str(model).endswith(".gguf") else di.MegaModel.from_pretrained
-    mm = load(str(model), max_context=2048)
+    mm = di.MegaModel.load(str(model), max_context=2048)
     offline = (mm, mm.tokenizer())
     rng = random.Random(args.seed)
     clients = [random_client(rng, mm.config.vocab_size, args.max_tokens, args.prompt_len) for _ in range(args.clients)]

@@ -135,16 +135,17 @@ struct det_mk_row {
 };
 
 // Lane's 8 weights at columns k..k+7 of row `row`, from the 16 bytes its ring slot received
-// (8 bf16, or 4 bytes of nf4 codes whose 8 elements share one block: blocks hold at least 8).
-DET_DEV void det_mk_decode8(const det_mk_row& row, int64_t K, int64_t k, const det_vec_u32x4& w4, float (&w)[8]) {
-  if (row.w->bf16) {
-    const uint32_t words[4] = {w4.x, w4.y, w4.z, w4.w};
-    for (int j = 0; j < 4; ++j) {
-      w[2 * j] = det_bf16_to_f32((uint16_t)(words[j] & 0xffffu));
-      w[2 * j + 1] = det_bf16_to_f32((uint16_t)(words[j] >> 16));
-    }
-    return;
+// (8 bf16, or 4 bytes of nf4 codes whose 8 elements share one block: blocks hold at least 8);
+// the bf16 case needs nothing but the bytes.
+DET_DEV void det_mk_decode8_bf16(const det_vec_u32x4& w4, float (&w)[8]) {
+  const uint32_t words[4] = {w4.x, w4.y, w4.z, w4.w};
+  for (int j = 0; j < 4; ++j) {
+    w[2 * j] = det_bf16_to_f32((uint16_t)(words[j] & 0xffffu));
+    w[2 * j + 1] = det_bf16_to_f32((uint16_t)(words[j] >> 16));
   }
+}
+DET_DEV void det_mk_decode8(const det_mk_row& row, int64_t K, int64_t k, const det_vec_u32x4& w4, float (&w)[8]) {
+  if (row.w->bf16) return det_mk_decode8_bf16(w4, w);
   const det_matrix& m = *row.w;
   const int64_t i = row.r * K + k;
   const float scale = m.absmax[i >> m.block_shift];
@@ -176,19 +177,38 @@ DET_DEV int64_t det_mk_group_item(int64_t n_items, int64_t g, int i) {
   return it < n_items ? it : n_items - 1;
 }
 
-// Stage (group g, step s) of a warp's weight stream into slot `slot` of its ring: for each of the
-// group's NO rows the lane's 16 bytes (8 bf16, or 4 bytes of nf4 codes), when its columns are
-// inside the row. Slot `slot` holds NO pieces per lane.
+// Where a group's NO weight rows start (item i of group g, det_mk_group_item), resolved once per
+// group: the row function's matrix choice and index arithmetic, and the load of the matrix's
+// pointers, stay out of the per-stage path. base[i] is row i's first byte (dense: its bf16
+// elements; nf4: its codes).
+template <int NO>
+struct det_mk_group_rows {
+  const uint8_t* base[NO];
+  bool dense[NO];
+};
 template <int NO, class Row>
-DET_DEV void det_mk_issue_stage(det_vec_u32x4* ring, Row row, int64_t K, int64_t n_items, int64_t g, int64_t s,
-                                int64_t slot) {
-  const int64_t k = s * 8 * DET_WARP + 8 * det_lane();
-  if (k >= K) return;
-  for (int i = 0; i < NO; ++i) {
+DET_DEV det_mk_group_rows<NO> det_mk_group_rows_of(Row row, int64_t K, int64_t n_items, int64_t g) {
+  det_mk_group_rows<NO> r;
+  DET_UNROLL for (int i = 0; i < NO; ++i) {
     const det_mk_row src = row(det_mk_group_item<NO>(n_items, g, i));
-    det_vec_u32x4* dst = &ring[(slot * NO + i) * DET_WARP + det_lane()];
-    if (src.w->bf16) det_cp_async16(dst, src.w->bf16 + src.r * K + k);
-    else det_cp_async4(dst, src.w->nf4 + (src.r * K + k) / 2);
+    r.dense[i] = src.w->bf16 != nullptr;
+    r.base[i] = r.dense[i] ? (const uint8_t*)(src.w->bf16 + src.r * K) : src.w->nf4 + src.r * K / 2;
+  }
+  return r;
+}
+
+// Step s of a group's weight stream into slot `slot` of the warp's ring: for each of the group's NO
+// rows the lane's 16 bytes (8 bf16, or 4 bytes of nf4 codes), when its columns are inside the row.
+// Slot `slot` holds NO pieces per lane.
+template <int NO>
+DET_DEV void det_mk_issue_stage(det_vec_u32x4* ring, const det_mk_group_rows<NO>& src, int64_t K, int64_t s,
+                                int64_t slot) {
+  const int k = (int)s * 8 * DET_WARP + 8 * det_lane();  // a row's columns fit an int
+  if (k >= K) return;
+  DET_UNROLL for (int i = 0; i < NO; ++i) {
+    det_vec_u32x4* dst = &ring[((int)slot * NO + i) * DET_WARP + det_lane()];
+    if (src.dense[i]) det_cp_async16(dst, src.base[i] + 2 * k);
+    else det_cp_async4(dst, src.base[i] + k / 2);
   }
 }
 
@@ -217,12 +237,16 @@ DET_DEV void det_mk_gemv_rows(det_vec_u32x4* ring, int depth, int64_t n_items, i
   const int mask = depth - 1;
   int64_t issue_g = 0, issue_s = 0, issued = 0;
   int issue_c = 0;
+  det_mk_group_rows<NO> issue_rows = det_mk_group_rows_of<NO>(row, K, n_items, 0);
   auto issue = [&](bool copy) {  // the next (group, chunk, step) into its ring slot, or an empty stage at the end
     if (issued < total) {
-      if (copy) det_mk_issue_stage<NO>(ring, row, K, n_items, issue_g, issue_s, issued & mask);
+      if (copy) det_mk_issue_stage<NO>(ring, issue_rows, K, issue_s, issued & mask);
       if (++issue_s == steps) {
         issue_s = 0;
-        if (++issue_c == chunks) issue_c = 0, ++issue_g;
+        if (++issue_c == chunks) {
+          issue_c = 0;
+          if (++issue_g * NO < n_items) issue_rows = det_mk_group_rows_of<NO>(row, K, n_items, issue_g);
+        }
       }
     }
     ++issued;
@@ -235,6 +259,8 @@ DET_DEV void det_mk_gemv_rows(det_vec_u32x4* ring, int depth, int64_t n_items, i
   int64_t g = 0, s = 0;
   int ch = 0, live = nb < NB ? nb : NB;  // the chunk, and its rows
   const float* xc = x;                   // its first input row
+  det_mk_group_rows<NO> rows = det_mk_group_rows_of<NO>(row, K, n_items, 0);  // group g's: a dense row
+                                                                              // decodes from the ring alone
   for (int64_t f = 0; f < total; ++f) {
     issue(true);
     if (depth == 4) det_cp_async_wait<3>();  // stage f has landed; depth - 1 stay in flight
@@ -242,9 +268,11 @@ DET_DEV void det_mk_gemv_rows(det_vec_u32x4* ring, int depth, int64_t n_items, i
     const int64_t k = s * 8 * DET_WARP + 8 * lane;
     if (k < K) {
       float w[NO][8];
-      DET_UNROLL for (int i = 0; i < NO; ++i)
-        det_mk_decode8(row(det_mk_group_item<NO>(n_items, g, i)), K, k,
-                       det_ld(&ring[((f & mask) * NO + i) * DET_WARP + lane]), w[i]);
+      DET_UNROLL for (int i = 0; i < NO; ++i) {
+        const det_vec_u32x4 w4 = det_ld(&ring[((f & mask) * NO + i) * DET_WARP + lane]);
+        if (rows.dense[i]) det_mk_decode8_bf16(w4, w[i]);
+        else det_mk_decode8(row(det_mk_group_item<NO>(n_items, g, i)), K, k, w4, w[i]);
+      }
       DET_UNROLL for (int b = 0; b < NB; ++b) {
         if (b >= live) break;
         float xv[8];
@@ -260,7 +288,10 @@ DET_DEV void det_mk_gemv_rows(det_vec_u32x4* ring, int depth, int64_t n_items, i
         if (g * NO + i < n_items && tree_row >= 0 && tree_row < live) emit(g * NO + i, ch * NB + tree_row, acc[i]);
       DET_UNROLL for (int j = 0; j < NB * NO; ++j) acc[j] = 0.0f;
       s = 0;
-      if (++ch == chunks) ch = 0, ++g;
+      if (++ch == chunks) {
+        ch = 0;
+        if (++g * NO < n_items) rows = det_mk_group_rows_of<NO>(row, K, n_items, g);
+      }
       live = nb - ch * NB < NB ? nb - ch * NB : NB;
       xc = x + ch * NB * ldx;
     }
@@ -295,7 +326,8 @@ DET_DEV void det_mk_gemv_ahead(const det_mk_ctx& c, int64_t n_items, int64_t K, 
   const int64_t steps = det_mk_gemv_steps(K), total = (n_items + NO - 1) / NO * chunks * steps;
   if (ring)
     for (int64_t f = 0; f < c.depth - 1; ++f) {  // stage f is (group, chunk, step) as det_mk_gemv_rows counts
-      if (f < total) det_mk_issue_stage<NO>(c.ring, row, K, n_items, f / (chunks * steps), f % steps, f);
+      if (f < total)
+        det_mk_issue_stage<NO>(c.ring, det_mk_group_rows_of<NO>(row, K, n_items, f / (chunks * steps)), K, f % steps, f);
       det_cp_async_commit();
     }
   for (int64_t it = 0; it < n_items && l2_bytes > 0; ++it) {

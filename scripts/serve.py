@@ -41,8 +41,7 @@ def load_model(path, executor, max_context):
     if not os.path.exists(path):
         sys.exit(f"serve: {path} does not exist (a model directory or a .gguf file)")
     device = "cuda" if executor == "megakernel" else "cpu"
-    load = di.MegaModel.from_gguf if path.endswith(".gguf") else di.MegaModel.from_pretrained
-    mm = load(path, device=device, executor=executor, max_context=max_context)
+    mm = di.MegaModel.load(path, device=device, executor=executor, max_context=max_context)
     return di, mm, path
 
 

