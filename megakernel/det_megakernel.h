@@ -136,7 +136,8 @@ struct det_mk_tile {
   int n;       // rows
   int n_want;  // rows whose logits are computed
   int rope_in_attn;  // split attention (geometry attn > 0) and every row its own sequence (a decode
-                     // step): no row reads another's new key, so the attention units do ROPE's work
+                     // step, or a prefill tile of distinct sequences): no row reads another's new
+                     // key, so the attention units do ROPE's work
   int32_t token[DET_MK_TILE_MAX];
   int32_t seq[DET_MK_TILE_MAX];
   int64_t pos[DET_MK_TILE_MAX];

@@ -11,7 +11,7 @@
 struct det_mk_ctx {
   const det_mk_params* P;
   det_mk_tile* tile;
-  det_vec_u32x4* ring;  // this warp's weight ring: depth x 32 lanes x 16 bytes
+  det_vec_u32x4* ring;  // this warp's weight ring: depth x ring rows (outs) x 32 lanes x 16 bytes
   int depth;            // ring stages: 2 or 4
   float* area;          // the block's phase area (normalized rows, attention scratch, argmax)
   int gwarp, nwarps;    // this warp's index in the grid, warps in the grid
@@ -203,7 +203,7 @@ DET_DEV det_mk_group_rows<NO> det_mk_group_rows_of(Row row, int64_t K, int64_t n
 template <int NO>
 DET_DEV void det_mk_issue_stage(det_vec_u32x4* ring, const det_mk_group_rows<NO>& src, int64_t K, int64_t s,
                                 int64_t slot) {
-  const int k = (int)s * 8 * DET_WARP + 8 * det_lane();  // a row's columns fit an int
+  const int k = (int)s * 8 * DET_WARP + 8 * det_lane();  // K < 2^30: 2k bytes fit an int
   if (k >= K) return;
   DET_UNROLL for (int i = 0; i < NO; ++i) {
     det_vec_u32x4* dst = &ring[((int)slot * NO + i) * DET_WARP + det_lane()];
@@ -218,7 +218,7 @@ DET_DEV int64_t det_mk_gemv_steps(int64_t K) { return (K + 8 * DET_WARP - 1) / (
 // The warp's GEMV rows, NO at a time (geometry outs, det_mk_gemv_outs): item it is the weight row
 // row(it) (a det_mk_row; K % 8 == 0, rows 16-byte aligned when dense, 4-byte when nf4), dotted
 // with the nb input rows x + b*ldx, NB at a time (nb > NB only when NB is DET_MK_GEMV_ROWS: each
-// group of NO items is then streamed once per chunk of NB rows, from L2 after the first). Weights
+// group of NO items is then streamed once per chunk of NB rows, after the first most likely from L2). Weights
 // stream through the warp's ring of depth stages, a stage holding the same 16-byte piece of each
 // of the group's NO rows (each lane copies and later reads only its own slots, so no warp barrier
 // is needed); each weight read feeds a chunk's rows, and each 8 inputs a lane loads feed all NO

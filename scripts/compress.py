@@ -56,7 +56,7 @@ def main():
             print(f"decompress: {e}", file=sys.stderr)
             return 2
     mm = di.MegaModel.load(model, device="cuda" if args.executor == "megakernel" else "cpu", executor=args.executor,
-              max_context=max(window, 16))
+                           max_context=max(window, 16))
     tok = mm.tokenizer()
     t0 = time.perf_counter()
     counted = [0]

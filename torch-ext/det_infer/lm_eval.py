@@ -104,7 +104,7 @@ class _DetInferMethods:
         self.batch_size = parse_batch_size(batch_size, max_batch_size)
         path = str(pretrained)
         self.mm = MegaModel.load(path, device=device or "cpu", executor=executor,
-                       max_context=MAX_POSITIONS if max_length is None else max_length)
+                                 max_context=MAX_POSITIONS if max_length is None else max_length)
         self._device = self.mm.device
         self.tokenizer = self.mm.tokenizer()
         self.pretrained = path
