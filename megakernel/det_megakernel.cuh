@@ -98,16 +98,13 @@ DET_DEV void det_mk_build_decode_tile(const det_mk_params& P, det_mk_tile& t, in
 }
 
 DET_DEV void det_mk_run(const det_mk_params& P) {
-  unsigned char* smem = det_smem();
-  det_mk_tile* tile = (det_mk_tile*)smem;
-  det_vec_u32x4* rings = (det_vec_u32x4*)(smem + det_mk_smem_ring_offset());
+  det_mk_tile* tile = (det_mk_tile*)det_smem();
   det_mk_ctx c;
   c.P = &P;
   c.tile = tile;
   c.depth = P.geo.ring;
-  const int ring_slots = c.depth * det_mk_ring_rows(&P.geo) * DET_WARP;  // per warp
-  c.ring = rings + det_warp() * ring_slots;
-  c.area = (float*)(rings + det_warps() * ring_slots);
+  c.ring = det_mk_ring_of(P.geo);
+  c.area = det_mk_area_of(P.geo);
   c.gwarp = det_block() * det_warps() + det_warp();
   c.nwarps = det_blocks() * det_warps();
 

@@ -154,7 +154,7 @@ DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, const det_step& s, b
       const float* bias = is_q ? L.bq : is_k ? L.bk : L.bv;
       out[b * len + j] = bias ? det_add_f32(y, det_ld(bias + j)) : y;
     };
-    det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, c.area, m.hidden, nb, emit, primed);
+    det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, det_mk_area_of(c.P->geo), m.hidden, nb, emit, primed);
   });
 }
 
@@ -256,7 +256,7 @@ DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, const det_step& s, b
       if (it % 2 == 0) *a = y;
       else *a = det_mul_f32(det_act_f32((int)m.act, *a), y);
     };
-    det_mk_gemv<NB>(c, 2 * det_mk_items(c, I), s.k, row, c.area, m.hidden, nb, emit, primed);
+    det_mk_gemv<NB>(c, 2 * det_mk_items(c, I), s.k, row, det_mk_area_of(c.P->geo), m.hidden, nb, emit, primed);
   });
 }
 
@@ -274,7 +274,7 @@ DET_DEV_NOINLINE void det_mk_phase_ple_project(const det_mk_ctx& c, const det_st
     auto emit = [&](int64_t it, int b, float y) {  // on the lane of row b
       ple[b * LP + row.output(it)] = det_mul_f32(y, scale);
     };
-    det_mk_gemv<NB>(c, det_mk_items(c, LP), s.k, row, c.area, H, nb, emit, primed);
+    det_mk_gemv<NB>(c, det_mk_items(c, LP), s.k, row, det_mk_area_of(c.P->geo), H, nb, emit, primed);
   });
 }
 
@@ -326,7 +326,7 @@ DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c, const det_step& s, 
     auto emit = [&](int64_t it, int j, float y) {  // on the lane of wanted row j
       t.dst[j][row.output(it)] = m.softcap ? det_softcap_f32(y, det_ld(m.softcap)) : y;
     };
-    det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, c.area, m.hidden, nw, emit, primed);
+    det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, det_mk_area_of(c.P->geo), m.hidden, nw, emit, primed);
   });
 }
 

@@ -17,6 +17,15 @@ struct det_mk_ctx {
   int gwarp, nwarps;    // this warp's index in the grid, warps in the grid
 };
 
+// This warp's weight ring and the block's phase area (det_mk_run's layout: the tile, every warp's
+// ring, the area), from the shared-memory base itself rather than the context's pointers: ptxas
+// then sees shared memory and reads them with LDS, where a pointer loaded from the context is
+// generic (an address-space check on every load).
+DET_DEV int det_mk_ring_slots(const det_mk_geometry& g) { return g.ring * det_mk_ring_rows(&g) * DET_WARP; }
+DET_DEV det_vec_u32x4* det_mk_rings() { return (det_vec_u32x4*)(det_smem() + det_mk_smem_ring_offset()); }
+DET_DEV det_vec_u32x4* det_mk_ring_of(const det_mk_geometry& g) { return det_mk_rings() + det_warp() * det_mk_ring_slots(g); }
+DET_DEV float* det_mk_area_of(const det_mk_geometry& g) { return (float*)(det_mk_rings() + det_warps() * det_mk_ring_slots(g)); }
+
 // The grid barrier after a phase, tagged for the profiling timeline (det_mk_program::timeline).
 // Only thread 0 stamps and counts the synchronizations (in the tile, shared memory: a counter in the
 // context would live in local memory, which the phases' references put it in); the count also gives
@@ -303,7 +312,7 @@ DET_DEV void det_mk_gemv_rows(det_vec_u32x4* ring, int depth, int64_t n_items, i
 template <int NB, class Row, class Emit>
 DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row row, const float* x, int64_t ldx,
                          int nb, Emit emit, bool primed = false) {
-  det_vec_u32x4* ring = c.ring;
+  det_vec_u32x4* ring = det_mk_ring_of(c.P->geo);
   const int depth = c.depth, outs = det_mk_gemv_outs(&c.P->geo, nb);
   if (outs == 1) det_mk_gemv_rows<1, NB>(ring, depth, n_items, K, row, x, ldx, nb, emit, primed);
   else if (outs == 2) det_mk_gemv_rows<2, NB>(ring, depth, n_items, K, row, x, ldx, nb, emit, primed);
