@@ -145,7 +145,8 @@ def tile_terms(plan, cfg, geo, sms, positions, wanted, pick, distinct=False):
             n_in = wanted if kind == "head" else rows
             nbytes = 2 * s["weight_rows"] * s["k"]
             # A tile of more than 16 rows streams each weight row once per 16 (the passes after the
-            # first from L2): counted as DRAM bytes, an upper bound; each pass's first row rides free.
+            # first most likely from L2, unmeasured): counted as DRAM bytes, an upper bound; each
+            # pass's first row rides free.
             passes = max(math.ceil(n_in / GEMV_ROWS), 1)
             t["bytes"] += nbytes * per_sm * passes
             ahead = 0.5 if geo.get("ahead") else 1.0

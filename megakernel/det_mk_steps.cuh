@@ -430,7 +430,8 @@ DET_DEV_NOINLINE void det_mk_phase_argmax(const det_mk_ctx& c) {
 // after EMBED, whose reader takes the embedding itself; a RESIDUAL step with an output norm is
 // two phases). HEAD runs only when the tile has wanted rows.
 // Split attention's units take ROPE's work on themselves when no row of the tile reads another
-// row's new key (every row its own sequence: a decode step): one phase and barrier a layer fewer.
+// row's new key (every row its own sequence: a decode step, or a prefill tile of distinct sequences):
+// one phase and barrier a layer fewer.
 // Thread 0 decides it when it builds the tile; asked at each use, not kept: a value live across
 // the step loop spilled on sm_100/120. The tile sits at the start of shared memory (det_mk_run):
 // read there, not through the context, which the phases' references keep in local memory.
