@@ -67,11 +67,28 @@ GEMV_ROWS = 16  # input rows a GEMV takes per pass over a weight row (DET_MK_GEM
 TILE_BYTES = 4 * 1024  # det_mk_tile in shared memory, about (rows of up to 128)
 
 
-def tile_fits(c, cfg, geo):
-    """Whether a block's shared memory holds the geometry's tile (det_mk_smem_bytes: the tile, the
-    rings, tile_rows x (hidden + 1) floats of normalized rows; the attention scratch is smaller)."""
+def area_rows(c, cfg, geo):
+    """Rows of a tile the block's phase area holds (geometry area_rows; det_mk_plan_geometry): those
+    asked for (the whole tile for 0 or more than the tile), else the most of the tile's rows, a power
+    of two, whose shared memory fits a block (det_mk_smem_bytes: the tile, the rings, rows x (hidden
+    + 1) floats of normalized rows; the attention scratch is smaller); 0 when they do not fit."""
+    tile = geo["tile_rows"]
     rings = geo["warps"] * geo["ring"] * max(geo.get("outs", 0), 1) * 512
-    return TILE_BYTES + rings + geo["tile_rows"] * (cfg["hidden_size"] + 1) * 4 <= c.smem_block
+
+    def fits(rows):
+        return TILE_BYTES + rings + rows * (cfg["hidden_size"] + 1) * 4 <= c.smem_block
+
+    asked = geo.get("area_rows", 0)
+    rows = min(asked, tile) if asked else tile
+    while not asked and rows > 1 and not fits(rows):
+        rows //= 2
+    return rows if fits(rows) else 0
+
+
+def tile_fits(c, cfg, geo):
+    """Whether the geometry's tile runs on the card: at least one of its rows (all of them when
+    area_rows asks for them) fits a block's shared memory beside the rings."""
+    return area_rows(c, cfg, geo) > 0
 
 
 def card(name):
@@ -125,10 +142,23 @@ def kernel():
 
 
 # ---- the terms of one tile ------------------------------------------------------------------------
-def tile_terms(plan, cfg, geo, sms, positions, wanted, pick, distinct=False):
+AREA_KINDS = ("qkv", "mlp", "head", "ple_project")  # the steps whose inputs are in the phase area
+
+
+def gemv_passes(n_in, area):
+    """Passes over a weight row of a GEMV of n_in input rows: one per 16 rows (DET_MK_GEMV_ROWS) of
+    each area's worth of rows (area: the rows the phase area holds, or 0 for a GEMV that reads its
+    inputs elsewhere), at least one."""
+    area = area or n_in or 1
+    full, rest = divmod(n_in, area)
+    return max(full * math.ceil(area / GEMV_ROWS) + math.ceil(rest / GEMV_ROWS), 1)
+
+
+def tile_terms(plan, cfg, geo, sms, positions, wanted, pick, distinct=False, area=0):
     """The five counts of one tile of rows at `positions` (one per row) with `wanted` rows through
     the head, and generate mode's pick when `pick`. `distinct`: every row is its own sequence (a
-    decode step), so with split attention the units do ROPE's work and its phase is skipped."""
+    decode step), so with split attention the units do ROPE's work and its phase is skipped.
+    `area`: the rows the phase area holds (0: the whole tile)."""
     t = dict.fromkeys(TERMS, 0.0)
     rows = len(positions)
     nwarps = geo["grid"] * geo["warps"]
@@ -145,9 +175,10 @@ def tile_terms(plan, cfg, geo, sms, positions, wanted, pick, distinct=False):
             n_in = wanted if kind == "head" else rows
             nbytes = 2 * s["weight_rows"] * s["k"]
             # A tile of more than 16 rows streams each weight row once per 16 (the passes after the
-            # first most likely from L2, unmeasured): counted as DRAM bytes, an upper bound; each
-            # pass's first row rides free.
-            passes = max(math.ceil(n_in / GEMV_ROWS), 1)
+            # first most likely from L2 when the area holds the tile, from DRAM past the L2 when it
+            # holds a part: unmeasured): counted as DRAM bytes, an upper bound; each pass's first
+            # row rides free.
+            passes = gemv_passes(n_in, area if kind in AREA_KINDS else 0)
             t["bytes"] += nbytes * per_sm * passes
             ahead = 0.5 if geo.get("ahead") else 1.0
             outs = gemv_outs(geo, n_in)
@@ -217,14 +248,15 @@ def launch_terms(plan, cfg, geo, sms, batch, prompt, steps, first_pos=None):
     rows from position first_pos (default: prompt)."""
     t = dict.fromkeys(TERMS, 0.0)
     t["launch"] = 1.0
+    area = geo.get("area_rows", 0)
     if prompt:
         for positions, wanted in tiles_of([prompt] * batch, geo["tile_rows"]):
-            t = _add(t, tile_terms(plan, cfg, geo, sms, positions, wanted, pick=steps >= 0))
+            t = _add(t, tile_terms(plan, cfg, geo, sms, positions, wanted, pick=steps >= 0, area=area))
     pos0 = prompt if first_pos is None else first_pos
     for i in range(max(steps, 0)):
         for r0 in range(0, batch, geo["tile_rows"]):
             n = min(geo["tile_rows"], batch - r0)
-            t = _add(t, tile_terms(plan, cfg, geo, sms, [pos0 + i] * n, n, pick=True, distinct=True))
+            t = _add(t, tile_terms(plan, cfg, geo, sms, [pos0 + i] * n, n, pick=True, distinct=True, area=area))
     return t
 
 
@@ -318,10 +350,14 @@ def cmd_fit(args):
 # ---- predictions ----------------------------------------------------------------------------------
 def predict(c, constants, shape, batch=1, position=50, prompt=0, geometry=None, overrides=None):
     """(seconds, tokens/s): one decode step of `batch` rows at `position`, or with `prompt`, the
-    prefill of `batch` prompts of that length (tokens/s = prompt tokens per second)."""
+    prefill of `batch` prompts of that length (tokens/s = prompt tokens per second); None where the
+    geometry's tile does not fit the card (tile_fits)."""
     cfg = shape_config(shape, overrides)
     plan = layer_plan(cfg)
     geo = dict(c.geometry, **(geometry or {}))
+    geo["area_rows"] = area_rows(c, cfg, geo)
+    if not geo["area_rows"]:
+        return None
     if geo.get("barrier"):  # every phase ends at a grid barrier: each one the counter's measured gain faster
         constants = dict(constants, phase=max(constants["phase"] - COUNTER_SAVES_S, 0.0))
     if prompt:
@@ -338,13 +374,15 @@ def cmd_predict(args):
     c = card(args.card)
     _, runs = load_runs(RUNS / c.runs)
     constants = fit(c, runs)
-    geometry = {"attn": args.attn, "ahead": args.ahead, "barrier": args.barrier, "outs": args.outs}
+    geometry = {"attn": args.attn, "ahead": args.ahead, "barrier": args.barrier, "outs": args.outs,
+                "area_rows": args.area_rows}
     if args.tile_rows:
         geometry["tile_rows"] = args.tile_rows
-    if not tile_fits(c, shape_config(args.shape), dict(c.geometry, **geometry)):
-        sys.exit(f"gpu_model: {args.tile_rows} rows of {args.shape} do not fit a block's shared memory on the "
-                 f"{c.name}")
-    s, tok_s = predict(c, constants, args.shape, args.batch, args.position, args.prompt, geometry=geometry)
+    got = predict(c, constants, args.shape, args.batch, args.position, args.prompt, geometry=geometry)
+    if got is None:
+        sys.exit(f"gpu_model: {args.area_rows or 'one'} row(s) of {args.shape} do not fit a block's shared memory "
+                 f"on the {c.name}")
+    s, tok_s = got
     what = f"prefill of {args.batch} x {args.prompt} tokens" if args.prompt else \
         f"decode step, batch {args.batch}, position {args.position}"
     print(f"{c.name} {args.shape} {what}: {s * 1e3:.3f} ms, predicted {tok_s:,.0f} tok/s")
@@ -371,10 +409,10 @@ WHATIF = (
     ("outs 4 (issue 49)", "geometry outs 4: a warp streams 4 weight rows at once (2 past 8 input rows), each "
      "input value it loads feeding all of them: its items and each input row's extra cost at 1 / outs, an estimate",
      {"geometry": {"outs": 4}}),
-    ("prompt tiles of 64 (issue 49)", "geometry tile_rows 64 where the rows fit a block's shared memory (SmolLM2: "
-     "hidden 576; not Llama-1B's 2,048 until the input is staged by K panels): a 1,000-token prompt in 16 passes "
-     "over the weights, not 63, each weight row streamed once per 16 rows (the passes after the first counted as "
-     "DRAM bytes, though they come from L2)", {"geometry": {"tile_rows": 64}}),
+    ("prompt tiles of 64 (issue 49)", "geometry tile_rows 64: a 1,000-token prompt in 16 tiles' phases and "
+     "attention walks, not 63; each weight row streamed once per 16 rows (the passes after the first counted as "
+     "DRAM bytes, though SmolLM2's come from L2); Llama-1B's 64 rows of hidden 2,048 do not fit a block, so its "
+     "phase area holds 16 at a time (geometry area_rows)", {"geometry": {"tile_rows": 64}}),
     ("phases of 3 us (issue 50)", "each phase's fixed latency from ~15 us to 3 us (the 1.0 us counter wait and "
      "2 us of its own path)", {"phase_us": 3.0}),
     ("rows per weight read (issue 49)", "a register-tiled multi-row GEMV: the per-row cost / 8",
@@ -388,8 +426,6 @@ WHATIF = (
 
 def whatif_seconds(c, constants, shape, batch, position, prompt, change):
     """(seconds, tok/s) with the change, or None where its geometry does not fit the card."""
-    if not tile_fits(c, shape_config(shape), dict(c.geometry, **change.get("geometry", {}))):
-        return None
     k = dict(constants)
     if "phase_us" in change:
         k["phase"] = change["phase_us"] * 1e-6
@@ -442,6 +478,9 @@ def main(argv=None):
                    help="geometry outs: weight rows a warp streams at once (0 or 1: one)")
     p.add_argument("--tile-rows", type=int, default=0, choices=(0, 1, 2, 4, 8, 16, 32, 64, 128),
                    help="geometry tile_rows: rows carried through the layers together (0: the card's default)")
+    p.add_argument("--area-rows", type=int, default=0, choices=(0, 1, 2, 4, 8, 16, 32, 64, 128),
+                   help="geometry area_rows: rows of the tile a block's shared memory holds at once (0: the most "
+                        "that fit)")
     w = sub.add_parser("whatif", help="the GPU issues' changes, predicted")
     w.add_argument("--card", default="h200")
     args = ap.parse_args(argv)

@@ -113,13 +113,14 @@ def predictor(card):
         if shape not in SHAPES:
             return None
         overrides = {"num_hidden_layers": layers} if layers else None
-        return 1e3 * gpu_model.predict(c, constants, shape, batch, position, geometry=dict(geo, attn=attn),
-                                       overrides=overrides)[0]
+        got = gpu_model.predict(c, constants, shape, batch, position, geometry=dict(geo, attn=attn), overrides=overrides)
+        return got and 1e3 * got[0]
 
     def prefill(shape, prompt, attn=0, **geo):
-        if shape not in SHAPES or not gpu_model.tile_fits(c, gpu_model.shape_config(shape), dict(c.geometry, **geo)):
+        if shape not in SHAPES:
             return None
-        return gpu_model.predict(c, constants, shape, 1, prompt=prompt, geometry=dict(geo, attn=attn))[1]
+        got = gpu_model.predict(c, constants, shape, 1, prompt=prompt, geometry=dict(geo, attn=attn))
+        return got and got[1]
 
     return step, prefill
 

@@ -48,7 +48,16 @@ struct det_mk_geometry {
                    // input value loaded from shared memory feeding all of them (det_mk_gemv_outs)
   int stage;       // the inputs of RESIDUAL and PLE_GATE: 0 read from global memory by every warp for each
                    // output; 1 copied once per block into its shared memory when they fit (det_mk_stage_rows)
+  int area_rows;   // rows the block's phase area holds for the phases that copy or normalize their inputs
+                   // there (QKV, MLP, HEAD, PLE_PROJECT): 0, or tile_rows or more, the whole tile; a smaller
+                   // power of two, the tile is taken that many rows at a time (det_mk_area_pass). On a
+                   // GPU the planner sets 0 to the most rows whose shared memory fits, the whole tile if it can
 };
+
+// Rows of the tile the phase area holds (geometry area_rows; the whole tile when 0 or larger).
+DET_MK_HD int det_mk_area_rows(const det_mk_geometry* g) {
+  return g->area_rows > 0 && g->area_rows < g->tile_rows ? g->area_rows : g->tile_rows;
+}
 
 // Weight rows a warp streams at once in a GEMV phase of nb input rows: geometry outs, at most 2
 // when nb > 8, so that a lane's outs x 16 accumulators stay in registers.
@@ -155,8 +164,8 @@ struct det_mk_tile {
 };
 
 // Shared memory per block: the tile, then each warp's weight ring (ring x outs x 32 lanes x 16 bytes),
-// then the phase area: the tile's normalized rows (tile_rows x hidden) and their norm factors
-// (tile_rows), or per warp the attention
+// then the phase area: the tile's normalized rows (area_rows x hidden) and their norm factors
+// (area_rows), or per warp the attention
 // scratch (scores and exps of one chunk, the running numerator), or the argmax / sampling partials.
 DET_MK_HD size_t det_mk_smem_ring_offset() { return (sizeof(det_mk_tile) + 15) / 16 * 16; }
 // Split attention's units carry up to this many query heads of one KV head (det_mk_attn_group.cuh):
@@ -171,13 +180,13 @@ DET_MK_HD size_t det_mk_attn_scratch_floats(const det_llama_model* m, int attn) 
   const size_t D = (size_t)m->head_dim;
   return attn == 0 ? 2 * 128 + D : DET_MK_ATTN_GROUP * (128 + D) + 2 * D;
 }
-// The norm factors of the tile's rows follow its normalized rows in the phase area.
-DET_MK_HD size_t det_mk_norm_factor_offset(const det_llama_model* m, int tile_rows) {
-  return (size_t)tile_rows * (size_t)m->hidden;
+// The norm factors of the area's rows follow them in the phase area.
+DET_MK_HD size_t det_mk_norm_factor_offset(const det_llama_model* m, const det_mk_geometry* g) {
+  return (size_t)det_mk_area_rows(g) * (size_t)m->hidden;
 }
 // Floats of the phase area: the largest of its uses.
 DET_MK_HD size_t det_mk_area_floats(const det_llama_model* m, const det_mk_geometry* g) {
-  size_t area = det_mk_norm_factor_offset(m, g->tile_rows) + (size_t)g->tile_rows;
+  size_t area = det_mk_norm_factor_offset(m, g) + (size_t)det_mk_area_rows(g);
   const size_t attn = (size_t)g->warps * det_mk_attn_scratch_floats(m, g->attn), argmax = 2 * (size_t)g->warps + 3;
   area = area > attn ? area : attn;
   return area > argmax ? area : argmax;
@@ -191,7 +200,7 @@ DET_MK_HD size_t det_mk_smem_bytes(const det_llama_model* m, const det_mk_geomet
 enum {
   DET_MK_OK = 0,
   DET_MK_ERR_SHAPE = -10,     // a model dimension the megakernel cannot take (see det_mk_check_model)
-  DET_MK_ERR_GEOMETRY = -11,  // grid/warps/ring/tile_rows outside their ranges
+  DET_MK_ERR_GEOMETRY = -11,  // a geometry field outside its range, or a block that does not fit
   DET_MK_ERR_PROGRAM = -12,   // rows, sequences, positions or outputs inconsistent
   DET_MK_ERR_DEADLOCK = -13,  // emulation: a synchronization was not reached by every thread
   DET_MK_ERR_LAUNCH = -14,    // the CUDA launch failed (message from the launcher)
@@ -242,7 +251,8 @@ int det_mk_blocks_per_sm(const det_mk_device* d, int threads, size_t dyn_smem);
 
 // Fills the geometry's zero fields for the device: warps 8 (at most the kernel's launch bound),
 // ring 4, tile_rows the largest of 16 (DET_MK_TILE_AUTO_MAX), 8, 4, 2, 1 whose shared memory fits a block (when even one
-// row does not fit with a ring of 4 and the ring was left to the planner: ring 2), grid every
+// row does not fit with a ring of 4 and the ring was left to the planner: ring 2), area_rows the
+// whole tile when it fits, else the most rows that do (a tile asked for larger), grid every
 // block that can be resident at once. Refuses (DET_MK_ERR_GEOMETRY, with why) a geometry whose
 // blocks cannot all be resident: the grid barrier of a cooperative launch needs every block on
 // an SM together.

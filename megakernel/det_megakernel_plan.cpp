@@ -122,6 +122,11 @@ int det_mk_check_geometry(const det_mk_geometry* g, const char** why) {
     return fail(why, DET_MK_ERR_GEOMETRY,
                 "stage must be 0 (RESIDUAL and PLE_GATE read their inputs from global memory) or 1 (copied into "
                 "each block's shared memory when they fit)");
+  const int a = g->area_rows;
+  if (a < 0 || a > DET_MK_TILE_MAX || (a & (a - 1)) != 0)
+    return fail(why, DET_MK_ERR_GEOMETRY,
+                "area_rows must be 0 (the whole tile) or 1, 2, 4, ..., 128 (the tile's rows a block's shared memory "
+                "holds at once; tile_rows or more: the whole tile)");
   return DET_MK_OK;
 }
 
@@ -153,12 +158,17 @@ int det_mk_plan_geometry(const det_llama_model* m, det_mk_geometry* g, const det
     return fail(why, DET_MK_ERR_GEOMETRY, "at most 8 warps per block on the GPU (the kernel's launch bound)");
   // The dynamic shared memory a block may have: the opt-in maximum less the kernel's static part.
   const size_t smem_max = d->smem_per_block_optin > d->kernel_static_smem ? d->smem_per_block_optin - d->kernel_static_smem : 0;
-  const bool ring_auto = g->ring == 0, tile_auto = g->tile_rows == 0;
+  const bool ring_auto = g->ring == 0, tile_auto = g->tile_rows == 0, area_auto = g->area_rows == 0;
   if (ring_auto) g->ring = 4;
   for (;;) {
-    if (tile_auto) {
+    if (tile_auto) {  // the whole tile in the area: a tile the planner picks is one that fits
+      if (area_auto) g->area_rows = 0;
       g->tile_rows = DET_MK_TILE_AUTO_MAX;
       while (g->tile_rows > 1 && det_mk_smem_bytes(m, g) > smem_max) g->tile_rows /= 2;
+    }
+    if (area_auto && g->tile_rows >= 1 && g->tile_rows <= DET_MK_TILE_MAX) {  // a tile asked for: what fits of it
+      g->area_rows = g->tile_rows;
+      while (g->area_rows > 1 && det_mk_smem_bytes(m, g) > smem_max) g->area_rows /= 2;
     }
     if (!ring_auto || g->ring == 2 || det_mk_smem_bytes(m, g) <= smem_max) break;
     g->ring = 2;  // not even one row fits beside 4-stage rings (sm_75 and a hidden size over ~12,000)

@@ -19,30 +19,29 @@ DET_DEV float det_mk_embedding(const det_llama_model& m, int32_t id, int64_t k) 
   return det_embed_f32(det_ld(m.embed + (int64_t)id * m.hidden + k), m.embed_scale);
 }
 
-// Every block: area rows j < nb = source rows. The source of row j is tile row src_row[j] (or j
-// when src_row is null): the residual stream, or the token's embedding widened and scaled.
-DET_DEV void det_mk_load_rows(const det_mk_ctx& c, int nb, const int32_t* src_row, bool from_embed) {
+// Every block: area rows j < nb = source rows first + j. The source of row i is tile row src_row[i]
+// (or i when src_row is null): the residual stream, or the token's embedding widened and scaled.
+DET_DEV void det_mk_load_rows(const det_mk_ctx& c, int first, int nb, const int32_t* src_row, bool from_embed) {
   const det_llama_model& m = c.P->model;
   const int64_t H = m.hidden;
   const det_mk_tile& t = *c.tile;
   for (int64_t e = det_thread(); e < nb * H; e += det_threads()) {
-    const int64_t j = e / H, k = e % H, r = src_row ? src_row[j] : j;
+    const int64_t j = e / H, k = e % H, r = src_row ? src_row[first + j] : first + j;
     c.area[e] = from_embed ? det_mk_embedding(m, t.token[r], k) : det_ld(c.P->ws.x + r * H + k);
   }
   det_sync_block();
 }
 
-
-// Every block: area rows j < nb = rmsnorm(source row) * w (docs/SPEC.md §13.2), sources as in
-// det_mk_load_rows (at layer 0 the embedding, which layer 0 also writes to the residual stream).
-// A warp per row computes the row's factor (the canonical dot); then every thread of the block
-// scales its share of the elements: one round trip for the weights w, where a warp scaling a
-// whole row alone took one per 32 elements while the other warps waited.
-DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int nb, const int32_t* src_row, bool from_embed,
+// Every block: area rows j < nb = rmsnorm(source row first + j) * w (docs/SPEC.md §13.2), sources
+// as in det_mk_load_rows (at layer 0 the embedding, which layer 0 also writes to the residual
+// stream). A warp per row computes the row's factor (the canonical dot); then every thread of the
+// block scales its share of the elements: one round trip for the weights w, where a warp scaling
+// a whole row alone took one per 32 elements while the other warps waited.
+DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int first, int nb, const int32_t* src_row, bool from_embed,
                               const float* w) {
   const int64_t H = c.P->model.hidden;
-  float* factor = c.area + det_mk_norm_factor_offset(&c.P->model, c.P->geo.tile_rows);
-  det_mk_load_rows(c, nb, src_row, from_embed);
+  float* factor = c.area + det_mk_norm_factor_offset(&c.P->model, &c.P->geo);
+  det_mk_load_rows(c, first, nb, src_row, from_embed);
   for (int j = det_warp(); j < nb; j += det_warps()) {
     const float r = det_mk_warp_rms_factor(c.area + j * H, H, c.P->model.rms_eps);
     if (det_lane() == 0) factor[j] = r;
@@ -54,6 +53,19 @@ DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int nb, const int32_t* src_ro
     for (int64_t k = det_thread(); k < H; k += det_threads()) v[k] = det_rmsnorm_scale_f32(v[k], r, det_ld(w + k));
   }
   det_sync_block();
+}
+
+// The phases whose inputs are copied or normalized into the block's phase area (QKV, MLP, HEAD,
+// PLE_PROJECT) take their nb rows det_mk_area_rows at a time: each pass fills the area with rows
+// first..first + n - 1 and runs its GEMV over them, so a tile larger than the area (geometry
+// area_rows) streams the warp's weight rows once per pass; each output is the same dot, in the same
+// order, whichever pass computes it. Returns the pass's n. Before a pass refills the area, every
+// warp of the block has finished reading it. (A plain loop in each phase: a lambda holding the
+// pass, outlined by the compiler, kept its captures in local memory.)
+DET_DEV int det_mk_area_pass(const det_mk_ctx& c, int nb, int first) {
+  if (first > 0) det_sync_block();
+  const int most = det_mk_area_rows(&c.P->geo);
+  return nb - first < most ? nb - first : most;
 }
 
 // The input rows of a GEMV phase that reads them from global memory (RESIDUAL's att or act,
@@ -140,22 +152,25 @@ DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, const det_step& s, b
   const det_llama_model& m = c.P->model;
   const det_llama_layer& L = m.layers[s.layer];
   const det_mk_workspace& ws = c.P->ws;
-  const int nb = c.tile->n;
-  det_mk_norm_rows(c, nb, nullptr, s.reads_embedding, L.attn_norm);
   const det_mk_qkv_rows row = det_mk_qkv_rows_of(c, s);
   const int64_t QD = row.QD, KVD = row.KVD;
-  det_mk_with_nb(nb, [&]<int NB>() {
-    auto emit = [&](int64_t it, int b, float y) {  // on the lane of row b
-      const int64_t n = row.output(it);
-      // Output n of q, k or v: its buffer, row length, index in the row and bias (or null).
-      const bool is_q = n < QD, is_k = !is_q && n < QD + KVD;
-      float* out = is_q ? ws.q : is_k ? ws.k : ws.v;
-      const int64_t len = is_q ? QD : KVD, j = is_q ? n : is_k ? n - QD : n - QD - KVD;
-      const float* bias = is_q ? L.bq : is_k ? L.bk : L.bv;
-      out[b * len + j] = bias ? det_add_f32(y, det_ld(bias + j)) : y;
-    };
-    det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, det_mk_area_of(c.P->geo), m.hidden, nb, emit, primed);
-  });
+  for (int first = 0; first < c.tile->n; first += det_mk_area_rows(&c.P->geo)) {
+    const int nb = det_mk_area_pass(c, c.tile->n, first);
+    det_mk_norm_rows(c, first, nb, nullptr, s.reads_embedding, L.attn_norm);
+    det_mk_with_nb(nb, [&]<int NB>() {
+      auto emit = [&](int64_t it, int j, float y) {  // on the lane of area row j, tile row first + j
+        const int64_t n = row.output(it), b = first + j;
+        // Output n of q, k or v: its buffer, row length, index in the row and bias (or null).
+        const bool is_q = n < QD, is_k = !is_q && n < QD + KVD;
+        float* out = is_q ? ws.q : is_k ? ws.k : ws.v;
+        const int64_t len = is_q ? QD : KVD, i = is_q ? n : is_k ? n - QD : n - QD - KVD;
+        const float* bias = is_q ? L.bq : is_k ? L.bk : L.bv;
+        out[b * len + i] = bias ? det_add_f32(y, det_ld(bias + i)) : y;
+      };
+      det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, det_mk_area_of(c.P->geo), m.hidden, nb, emit,
+                      primed && first == 0);
+    });
+  }
 }
 
 // ROPE: per (row, head): q and k heads get qk-norm (when the model has it) and the rotation, v
@@ -245,37 +260,42 @@ DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, const det_step& s, b
   const det_llama_layer& L = m.layers[s.layer];
   const int64_t I = s.n;
   float* act = c.P->ws.act;
-  const int nb = c.tile->n;
-  det_mk_norm_rows(c, nb, nullptr, false, L.mlp_norm);
   const det_mk_mlp_rows row = det_mk_mlp_rows_of(c, s);
-  det_mk_with_nb(nb, [&]<int NB>() {
-    // Row b's gate waits in act for its up row (the next item; the same lane, whichever chunk of
-    // the tile's rows b is in): a register would hold only one chunk's.
-    auto emit = [&](int64_t it, int b, float y) {  // on the lane of row b
-      float* a = act + b * I + row.output(it);
-      if (it % 2 == 0) *a = y;
-      else *a = det_mul_f32(det_act_f32((int)m.act, *a), y);
-    };
-    det_mk_gemv<NB>(c, 2 * det_mk_items(c, I), s.k, row, det_mk_area_of(c.P->geo), m.hidden, nb, emit, primed);
-  });
+  for (int first = 0; first < c.tile->n; first += det_mk_area_rows(&c.P->geo)) {
+    const int nb = det_mk_area_pass(c, c.tile->n, first);
+    det_mk_norm_rows(c, first, nb, nullptr, false, L.mlp_norm);
+    det_mk_with_nb(nb, [&]<int NB>() {
+      // Row b's gate waits in act for its up row (the next item; the same lane, whichever chunk of
+      // the tile's rows b is in): a register would hold only one chunk's.
+      auto emit = [&](int64_t it, int j, float y) {  // on the lane of area row j, tile row first + j
+        float* a = act + (first + j) * I + row.output(it);
+        if (it % 2 == 0) *a = y;
+        else *a = det_mul_f32(det_act_f32((int)m.act, *a), y);
+      };
+      det_mk_gemv<NB>(c, 2 * det_mk_items(c, I), s.k, row, det_mk_area_of(c.P->geo), m.hidden, nb, emit,
+                      primed && first == 0);
+    });
+  }
 }
 
 // PLE_PROJECT (Gemma-4, before layer 0; docs/SPEC.md §13.7): ws.ple (rows, n_layers * P) =
 // fl(x·Wproj * rsqrt(H)) from each block's copy of the rows (the embedded rows: reads_embedding).
 DET_DEV_NOINLINE void det_mk_phase_ple_project(const det_mk_ctx& c, const det_step& s, bool primed) {
   const det_llama_model& m = c.P->model;
-  const int nb = c.tile->n;
   const int64_t H = m.hidden, LP = s.n;
   const float scale = det_ple_scales_of(H, m.ple_dim).proj;
   float* ple = c.P->ws.ple;
-  det_mk_load_rows(c, nb, nullptr, s.reads_embedding);
   const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
-  det_mk_with_nb(nb, [&]<int NB>() {
-    auto emit = [&](int64_t it, int b, float y) {  // on the lane of row b
-      ple[b * LP + row.output(it)] = det_mul_f32(y, scale);
-    };
-    det_mk_gemv<NB>(c, det_mk_items(c, LP), s.k, row, det_mk_area_of(c.P->geo), H, nb, emit, primed);
-  });
+  for (int first = 0; first < c.tile->n; first += det_mk_area_rows(&c.P->geo)) {
+    const int nb = det_mk_area_pass(c, c.tile->n, first);
+    det_mk_load_rows(c, first, nb, nullptr, s.reads_embedding);
+    det_mk_with_nb(nb, [&]<int NB>() {
+      auto emit = [&](int64_t it, int j, float y) {  // on the lane of area row j, tile row first + j
+        ple[(first + j) * LP + row.output(it)] = det_mul_f32(y, scale);
+      };
+      det_mk_gemv<NB>(c, det_mk_items(c, LP), s.k, row, det_mk_area_of(c.P->geo), H, nb, emit, primed && first == 0);
+    });
+  }
 }
 
 // PLE_FINISH: one warp per (row, layer) slice of P: RMSNorm(slice), then det_ple_combine_f32 with
@@ -299,7 +319,6 @@ DET_DEV_NOINLINE void det_mk_phase_ple_finish(const det_mk_ctx& c) {
 DET_DEV_NOINLINE void det_mk_phase_ple_gate(const det_mk_ctx& c, const det_step& s, bool primed) {
   const det_llama_model& m = c.P->model;
   const int64_t l = s.layer;
-  const det_llama_layer& L = m.layers[l];
   const int64_t H = m.hidden, P = s.n, LP = m.n_layers * P;
   const float* ple = c.P->ws.ple;
   float* act = c.P->ws.act;
@@ -319,15 +338,18 @@ DET_DEV_NOINLINE void det_mk_phase_ple_gate(const det_mk_ctx& c, const det_step&
 DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c, const det_step& s, bool primed) {
   const det_llama_model& m = c.P->model;
   const det_mk_tile& t = *c.tile;
-  const int nw = t.n_want;
-  det_mk_norm_rows(c, nw, t.want_row, false, m.final_norm);
   const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
-  det_mk_with_nb(nw, [&]<int NB>() {
-    auto emit = [&](int64_t it, int j, float y) {  // on the lane of wanted row j
-      t.dst[j][row.output(it)] = m.softcap ? det_softcap_f32(y, det_ld(m.softcap)) : y;
-    };
-    det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, det_mk_area_of(c.P->geo), m.hidden, nw, emit, primed);
-  });
+  for (int first = 0; first < t.n_want; first += det_mk_area_rows(&c.P->geo)) {
+    const int nw = det_mk_area_pass(c, t.n_want, first);
+    det_mk_norm_rows(c, first, nw, t.want_row, false, m.final_norm);
+    det_mk_with_nb(nw, [&]<int NB>() {
+      auto emit = [&](int64_t it, int j, float y) {  // on the lane of area row j, wanted row first + j
+        t.dst[first + j][row.output(it)] = m.softcap ? det_softcap_f32(y, det_ld(m.softcap)) : y;
+      };
+      det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, det_mk_area_of(c.P->geo), m.hidden, nw, emit,
+                      primed && first == 0);
+    });
+  }
 }
 
 // The canonical sum (§9, sum form) of x[0..K) on one warp, returned on every lane.
@@ -466,8 +488,8 @@ DET_DEV_NOINLINE bool det_mk_primed(const det_mk_ctx c, int64_t j) {
 
 // The weights of GEMV step s ahead (det_mk_gemv_ahead): into the ring when ring, and the first
 // geometry-ahead KB of this warp's rows into L2; its rows as many at a time, and in as many chunks,
-// as the phase will take them (det_mk_gemv_outs and det_mk_gemv_chunks of the phase's input rows:
-// the wanted rows for HEAD, else the tile's).
+// as the phase's first GEMV will take them (det_mk_gemv_outs and det_mk_gemv_chunks of its input
+// rows: the wanted rows for HEAD, else the tile's; at most the area's rows, det_mk_area_pass).
 template <int NO>
 DET_DEV void det_mk_weights_ahead_rows(const det_mk_ctx& c, const det_step& s, int chunks, bool ring) {
   const int64_t items = det_mk_items(c, s.n), l2 = (int64_t)c.P->geo.ahead * 1024;
@@ -478,7 +500,10 @@ DET_DEV void det_mk_weights_ahead_rows(const det_mk_ctx& c, const det_step& s, i
   det_mk_gemv_ahead<NO>(c, items, s.k, det_mk_matrix_rows_of(c, s), chunks, ring, l2);
 }
 DET_DEV_NOINLINE void det_mk_weights_ahead(const det_mk_ctx c, const det_step& s, bool ring) {
-  const int nb = s.kind == DET_STEP_HEAD ? c.tile->n_want : c.tile->n;
+  int nb = s.kind == DET_STEP_HEAD ? c.tile->n_want : c.tile->n;
+  const bool in_area = s.kind == DET_STEP_QKV || s.kind == DET_STEP_MLP || s.kind == DET_STEP_HEAD ||
+                       s.kind == DET_STEP_PLE_PROJECT;
+  if (in_area && nb > det_mk_area_rows(&c.P->geo)) nb = det_mk_area_rows(&c.P->geo);  // its first pass's rows
   const int outs = det_mk_gemv_outs(&c.P->geo, nb), chunks = det_mk_gemv_chunks(nb);
   if (outs == 1) det_mk_weights_ahead_rows<1>(c, s, chunks, ring);
   else if (outs == 2) det_mk_weights_ahead_rows<2>(c, s, chunks, ring);

@@ -583,11 +583,12 @@ def cmd_geometry(args):
         # else ring 2; then 8 warps at most; then every block that can be resident.
         ring, tile = None, None
         for ring in (4, 2):
-            tile = next((r for r in (16, 8, 4, 2, 1)
-                         if r <= bound["tile_rows"] and accepted({"grid": 1, "ring": ring, "tile_rows": r})), None)
+            tile = next((r for r in (16, 8, 4, 2, 1)  # area_rows r: every row of the tile in shared memory
+                         if r <= bound["tile_rows"]
+                         and accepted({"grid": 1, "ring": ring, "tile_rows": r, "area_rows": r})), None)
             if tile:
                 break
-        fixed = {"ring": ring, "tile_rows": tile}
+        fixed = {"ring": ring, "tile_rows": tile, "area_rows": tile}
         warps = grid = None
         if tile:
             warps = largest_accepted(lambda w: accepted(dict(fixed, grid=1, warps=w)), 1, bound["warps"])

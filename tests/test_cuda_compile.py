@@ -68,7 +68,9 @@ MAX_REGISTERS = 248
 # switch and the phase area from the context): 186/6 and 278/6; ceilings 190/8 and 284/8. Prompt
 # tiles: 186/6 and 270/6. The GEMV's rows resolved once per group, not per 16-byte stage: the
 # kernel's own body (the phase dispatch, once per phase) reloads the context from its frame on
-# sm_75-90: 246/6 and 270/6; ceilings 251/8 and 276/8.
+# sm_75-90: 246/6 and 270/6; ceilings 251/8 and 276/8. The ring and area from the shared-memory
+# base: 196/6 on sm_90. Geometry area_rows (a loop of passes in the four phases that fill the area,
+# reloading context fields): 244/6 on every architecture, registers 224-246.
 LOCAL_MEMORY_CEILING = {"75": (251, 8), "80": (251, 8), "86": (251, 8), "89": (251, 8),
                         "90": (251, 8), "100": (276, 8), "120": (276, 8)}
 
@@ -574,7 +576,7 @@ def _device_line(a, regs, static_smem, max_threads):
             f"{d.smem_per_sm} {d.smem_per_block} {d.smem_optin} {d.smem_reserved} {regs} {max_threads} {static_smem}")
 
 
-Plan = namedtuple("Plan", "rc grid warps ring tile_rows smem ours nvidia why")
+Plan = namedtuple("Plan", "rc grid warps ring tile_rows area_rows smem ours nvidia why")
 
 
 def _run_harness(compiled, lines):
@@ -588,12 +590,13 @@ def _run_harness(compiled, lines):
 
 
 def _plans(compiled, requests):
-    """requests: [(arch, regs, static_smem, hidden, head_dim, (grid, warps, ring, tile_rows))] -> [Plan]."""
+    """requests: [(arch, regs, static_smem, hidden, head_dim, (grid, warps, ring, tile_rows[, area_rows]))]
+    -> [Plan]."""
     figures = _kernel_figures(compiled)
     lines = []
     for a, regs, static_smem, hidden, head_dim, g in requests:
         lines += [_device_line(a, regs, static_smem, figures[a]["max_threads"]),
-                  f"P {hidden} {head_dim} {' '.join(map(str, g))}"]
+                  f"P {hidden} {head_dim} {' '.join(map(str, (tuple(g) + (0,))[:5]))}"]
     out = []
     for line in _run_harness(compiled, lines):
         nums, why = line.split(" | ", 1) if " | " in line else (line.rstrip(" |"), "")
@@ -687,8 +690,10 @@ def test_planner_caps_and_refuses(compiled):
     """The planner caps what it chooses and refuses what cannot be co-resident: on sm_75 (64 KB a
     block) a hidden size of 12288 fits only with a 2-stage ring, which the planner picks when the
     ring is left to it and refuses when 4 is asked; 16384 fits no geometry there and is refused;
-    a grid one block beyond the resident blocks, more warps than the launch bound, and a tile too
-    large for shared memory are refused; the same shapes plan on sm_90."""
+    a grid one block beyond the resident blocks, more warps than the launch bound, and a tile whose
+    rows are all asked to fit shared memory (area_rows) when they do not are refused; a tile asked
+    for without area_rows plans with the most of its rows that fit (prompt tiles of Llama-1B and
+    SmolLM2 on sm_90); the same shapes plan on sm_90."""
     f75, f90 = _kernel_figures(compiled)["75"], _kernel_figures(compiled)["90"]
     s75, s90 = f75["statics"][-1], f90["statics"][-1]
     cases = {
@@ -699,6 +704,9 @@ def test_planner_caps_and_refuses(compiled):
         "grid all": ("75", 576, 64, (40, 0, 0, 0)),
         "9 warps": ("75", 576, 64, (0, 9, 0, 0)),
         "tile 16 asked": ("75", 4096, 128, (0, 0, 4, 16)),
+        "tile 16 whole": ("75", 4096, 128, (0, 0, 4, 16, 16)),
+        "sm_90 Llama-1B 64": ("90", 2048, 64, (0, 0, 0, 64)),
+        "sm_90 SmolLM2 128": ("90", 576, 64, (0, 0, 0, 128)),
         "sm_90 wide": ("90", 16384, 128, (0, 0, 0, 0)),
         "sm_90 1 warp": ("90", 576, 64, (0, 1, 2, 1)),
     }
@@ -711,7 +719,13 @@ def test_planner_caps_and_refuses(compiled):
     assert p["grid + 1"].rc == -11 and "resident" in p["grid + 1"].why, p["grid + 1"]
     assert p["grid all"].rc == 0 and p["grid all"].grid == 40
     assert p["9 warps"].rc == -11 and "launch bound" in p["9 warps"].why, p["9 warps"]
-    assert p["tile 16 asked"].rc == -11 and "shared memory" in p["tile 16 asked"].why, p["tile 16 asked"]
+    assert p["tile 16 whole"].rc == -11 and "shared memory" in p["tile 16 whole"].why, p["tile 16 whole"]
+    # 4 rows of hidden 4096 (64 KiB) do not fit 64 KiB beside the rings and the tile; 2 do.
+    assert p["tile 16 asked"].rc == 0 and (p["tile 16 asked"].tile_rows, p["tile 16 asked"].area_rows) == (16, 2)
+    assert p["tile 16 asked"].smem <= ARCH_LIMITS["75"].smem_optin
+    # 227 KiB a block: 16 rows of hidden 2048 (128 KiB) fit, 32 do not; 64 rows of 576 (144 KiB) fit.
+    assert (p["sm_90 Llama-1B 64"].rc, p["sm_90 Llama-1B 64"].area_rows) == (0, 16), p["sm_90 Llama-1B 64"]
+    assert (p["sm_90 SmolLM2 128"].rc, p["sm_90 SmolLM2 128"].area_rows) == (0, 64), p["sm_90 SmolLM2 128"]
     assert p["sm_90 wide"].rc == 0 and p["sm_90 wide"].ring == 4 and p["sm_90 wide"].tile_rows == 2
     # Small blocks: several per SM (registers limit them), the grid all of them.
     small = p["sm_90 1 warp"]

@@ -31,13 +31,14 @@ def test_cuda_equals_cpu_on_wide_inputs(di):
 
 
 # ---- the megakernel -------------------------------------------------------------------------------
-# (grid, warps, ring, tile_rows[, attn[, ahead[, barrier[, outs[, stage]]]]]); 0 = the launcher's choice
+# (grid, warps, ring, tile_rows[, attn[, ahead[, barrier[, outs[, stage[, area_rows]]]]]]); 0 = the launcher's choice
 # (every SM, 8 warps, ring 4, 16 rows at most; 64 and 128: prompt tiles, asked for); attn > 0: split
 # attention, that many chunks a pass; ahead > 0: weights ahead of their inputs, that many KB per warp
 # into L2; barrier 1: the monotonic counter
 GPU_GEOMETRIES = [(0, 0, 0, 0), (1, 1, 2, 1), (2, 4, 4, 4, 1, 0, 1, 4, 1), (7, 8, 2, 16, 0, 4, 0, 2),
                   (13, 2, 4, 8, 32, 16, 1, 4, 1), (0, 0, 0, 0, 32), (0, 0, 0, 0, 32, 16, 1),
-                  (0, 0, 0, 0, 0, 0, 0, 4, 1), (0, 0, 0, 64, 32, 16, 0, 2), (0, 0, 0, 128)]  # prompt tiles
+                  (0, 0, 0, 0, 0, 0, 0, 4, 1), (0, 0, 0, 64, 32, 16, 0, 2), (0, 0, 0, 128),  # prompt tiles
+                  (0, 0, 0, 64, 32, 16, 0, 4, 1, 8)]  # a tile taken 8 rows at a time (area_rows)
 
 
 @pytest.fixture(scope="module", params=SYNTHETIC)
@@ -46,7 +47,7 @@ def gpu_case(request, di, tmp_path_factory):
     directory = model_dir(name, tmp_path_factory.mktemp("gpu_models"))
 
     def load(g=(0, 0, 0, 0)):
-        geo = dict(zip(("grid", "warps", "ring", "tile_rows", "attn", "ahead", "barrier", "outs", "stage"), g))
+        geo = dict(zip(("grid", "warps", "ring", "tile_rows", "attn", "ahead", "barrier", "outs", "stage", "area_rows"), g))
         return di.MegaModel.from_pretrained(directory, device="cuda", max_context=512, geometry=geo)
 
     mm = load()

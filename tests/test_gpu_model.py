@@ -113,7 +113,8 @@ def test_outs_divides_the_item_and_row_terms_only(fitted):
 def test_prompt_tiles_count_fewer_phases_and_a_weight_pass_per_16_rows(fitted):
     """Geometry tile_rows 64 on a 1,000-token prompt: 16 tiles' phases instead of 63, each weight row
     streamed once per 16 rows of a tile (so 63 passes' bytes either way, as 64-row tiles take them
-    16 at a time), the same rows' work; refused where the rows do not fit a block (Llama-1B)."""
+    16 at a time), the same rows' work; where 64 rows do not fit a block (Llama-1B), the phase area
+    holds the most that do, and a geometry asking for all of them is refused."""
     c, _, constants = fitted
     cfg = gpu_model.shape_config("SmolLM2-135M")
     plan = gpu_model.layer_plan(cfg)
@@ -125,9 +126,18 @@ def test_prompt_tiles_count_fewer_phases_and_a_weight_pass_per_16_rows(fitted):
     _, slow = gpu_model.predict(c, constants, "SmolLM2-135M", 1, prompt=1000)
     _, fast = gpu_model.predict(c, constants, "SmolLM2-135M", 1, prompt=1000, geometry={"tile_rows": 64})
     assert fast > 1.5 * slow
-    assert gpu_model.tile_fits(c, cfg, dict(c.geometry, tile_rows=64))
-    assert not gpu_model.tile_fits(c, gpu_model.shape_config("Llama-3.2-1B"), dict(c.geometry, tile_rows=64))
-    assert gpu_model.tile_fits(c, gpu_model.shape_config("Llama-3.2-1B"), dict(c.geometry))
+    assert gpu_model.area_rows(c, cfg, dict(c.geometry, tile_rows=64)) == 64
+    # Llama-1B: 64 rows of hidden 2,048 do not fit a block; the planner's area holds 16 of them, and
+    # the weights are streamed once per 16 rows either way.
+    llama = gpu_model.shape_config("Llama-3.2-1B")
+    assert gpu_model.area_rows(c, llama, dict(c.geometry, tile_rows=64)) == 16
+    assert not gpu_model.tile_fits(c, llama, dict(c.geometry, tile_rows=64, area_rows=64))
+    assert gpu_model.predict(c, constants, "Llama-3.2-1B", 1, prompt=1000, geometry={"area_rows": 64,
+                                                                                      "tile_rows": 64}) is None
+    _, l16 = gpu_model.predict(c, constants, "Llama-3.2-1B", 1, prompt=1000)
+    _, l64 = gpu_model.predict(c, constants, "Llama-3.2-1B", 1, prompt=1000, geometry={"tile_rows": 64})
+    assert l64 > l16
+    assert gpu_model.gemv_passes(64, 16) == gpu_model.gemv_passes(64, 0) == 4 and gpu_model.gemv_passes(20, 8) == 3
 
 
 def test_monotonic_barrier_saves_the_measured_difference_per_phase(fitted):

@@ -15,15 +15,16 @@ from det_fixtures.pins import MODEL_DIGESTS
 # (grid, warps, ring, tile_rows, schedule seed[, attn: 0 a warp per query head, C split attention[,
 # ahead: KB of weights requested before a GEMV phase's barrier[, barrier: 1 the monotonic counter[,
 # outs: weight rows a warp streams at once[, stage: 1 RESIDUAL's and PLE_GATE's inputs copied to
-# shared memory]]]]])
+# shared memory[, area_rows: the rows the normalizing phases hold in shared memory at once]]]]]])
 # Tiles of 64 and 32 rows (prompt tiles) take the 64-token teacher and the 100-token prompt in chunks
-# of 16 rows per weight row, the last one partial.
+# of 16 rows per weight row, the last one partial; the 32-row tile 8 rows at a time (area_rows).
 GEOMETRIES = [(1, 1, 2, 1, 0), (2, 2, 4, 2, 11, 1, 0, 1, 4, 1), (3, 1, 4, 64, 12, 0, 4, 0, 2),
-              (5, 2, 2, 4, 13, 0, 1, 1, 2, 1), (2, 4, 2, 32, 14, 32, 16, 0, 4, 1)]
+              (5, 2, 2, 4, 13, 0, 1, 1, 2, 1), (2, 4, 2, 32, 14, 32, 16, 0, 4, 1, 8)]
 
 
 def geometry(g):
-    return dict(zip(("grid", "warps", "ring", "tile_rows", "seed", "attn", "ahead", "barrier", "outs", "stage"), g))
+    return dict(zip(("grid", "warps", "ring", "tile_rows", "seed", "attn", "ahead", "barrier", "outs", "stage",
+                     "area_rows"), g))
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +132,8 @@ def test_bad_geometry_and_executor(di, tmp_root):
         di.MegaModel.from_pretrained(directory, executor="emulated", geometry={"outs": 8})
     with pytest.raises(ValueError, match=r"stage must be 0 .* or 1"):
         di.MegaModel.from_pretrained(directory, executor="emulated", geometry={"stage": 2})
+    with pytest.raises(ValueError, match=r"area_rows must be 0 .* or one of 1, 2, 4, 8, 16, 32, 64, 128"):
+        di.MegaModel.from_pretrained(directory, executor="emulated", geometry={"area_rows": 12})
     with pytest.raises(ValueError, match=r"tile_rows 1, 2, 4, 8, 16, 32, 64 or 128"):
         di.MegaModel.from_pretrained(directory, executor="emulated", geometry={"tile_rows": 48})
     with pytest.raises(ValueError, match="does not run on cpu"):
@@ -146,7 +149,7 @@ def test_raw_op_refuses_bad_programs(di, tmp_root):
     mm = di.MegaModel.from_pretrained(directory, max_context=64, executor="emulated")
     state = mm.new_state(8)
     V = mm.config.vocab_size
-    geo = [2, 2, 2, 16, 0, 0, 0, 0, 0, 0]
+    geo = [2, 2, 2, 16, 0, 0, 0, 0, 0, 0, 0]
 
     def forward(tokens, positions, want=None, geo=geo):
         n = len(tokens)
@@ -164,24 +167,26 @@ def test_raw_op_refuses_bad_programs(di, tmp_root):
     with pytest.raises(ValueError, match="increasing position order"):
         forward([5, 6], [3, 3])
     with pytest.raises(ValueError, match="tile_rows must be"):
-        forward([5], [0], geo=[2, 2, 2, 3, 0, 0, 0, 0, 0, 0])
+        forward([5], [0], geo=[2, 2, 2, 3, 0, 0, 0, 0, 0, 0, 0])
     with pytest.raises(ValueError, match=r"tile_rows must be 1, 2, 4, 8, 16, 32, 64 or 128"):
-        forward([5], [0], geo=[2, 2, 2, 256, 0, 0, 0, 0, 0, 0])
+        forward([5], [0], geo=[2, 2, 2, 256, 0, 0, 0, 0, 0, 0, 0])
     with pytest.raises(ValueError, match="warps must be"):
-        forward([5], [0], geo=[2, 0, 2, 16, 0, 0, 0, 0, 0, 0])
+        forward([5], [0], geo=[2, 0, 2, 16, 0, 0, 0, 0, 0, 0, 0])
     with pytest.raises(ValueError, match="attn must be"):
-        forward([5], [0], geo=[2, 2, 2, 16, 0, 33, 0, 0, 0, 0])
+        forward([5], [0], geo=[2, 2, 2, 16, 0, 33, 0, 0, 0, 0, 0])
     with pytest.raises(ValueError, match="ahead must be 0"):
-        forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 257, 0, 0, 0])
+        forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 257, 0, 0, 0, 0])
     with pytest.raises(ValueError, match="barrier must be 0"):
-        forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 0, 2, 0, 0])
+        forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 0, 2, 0, 0, 0])
     with pytest.raises(ValueError, match="outs must be 0 or 1"):
-        forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 0, 0, 3, 0])
+        forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 0, 0, 3, 0, 0])
     with pytest.raises(ValueError, match="stage must be 0"):
-        forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 0, 0, 0, 2])
+        forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 0, 0, 0, 2, 0])
+    with pytest.raises(ValueError, match="area_rows must be 0"):
+        forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 0, 0, 0, 0, 12])
     with pytest.raises(ValueError, match=r"geometry is \[grid, warps, ring, tile_rows, seed, attn, ahead, barrier, "
-                                         r"outs, stage\], got 9"):
-        forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 0, 0, 0])
+                                         r"outs, stage, area_rows\], got 10"):
+        forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 0, 0, 0, 0])
 
 
 @pytest.mark.parametrize("head_dim,message", [(20, "multiples of 8"), (520, "head_dim up to 512")])

@@ -2,7 +2,7 @@
 // (det_infer_cuda/det_megakernel.cu); on CPU tensors they run the same device code under host SIMT
 // emulation (megakernel/host/). Arguments are those of mak_forward / mak_generate (the model built
 // at load, NativeModel) plus the launch
-// geometry [grid, warps, ring, tile_rows, seed, attn, ahead, barrier, outs, stage] (0 for grid, warps or tile_rows: the launcher's
+// geometry [grid, warps, ring, tile_rows, seed, attn, ahead, barrier, outs, stage, area_rows] (0 for grid, warps, tile_rows or area_rows: the launcher's
 // choice on a GPU). Token, position and index tensors are CPU tensors on both paths: they are
 // validated on the host before anything is launched.
 #include <torch/library.h>
@@ -33,10 +33,10 @@ struct HostProgram {
 };
 
 det_mk_geometry parse_geometry(c10::IntArrayRef g) {
-  TORCH_CHECK_VALUE(g.size() == 10,
-                    "det-infer: geometry is [grid, warps, ring, tile_rows, seed, attn, ahead, barrier, outs, stage], got ",
+  TORCH_CHECK_VALUE(g.size() == 11,
+                    "det-infer: geometry is [grid, warps, ring, tile_rows, seed, attn, ahead, barrier, outs, stage, area_rows], got ",
                     g.size(), " values");
-  for (int i : {0, 1, 2, 3, 5, 6, 7, 8, 9})
+  for (int i : {0, 1, 2, 3, 5, 6, 7, 8, 9, 10})
     TORCH_CHECK_VALUE(g[i] >= 0 && g[i] <= 65535, "det-infer: geometry value ", g[i], " out of range");
   det_mk_geometry geo{};
   geo.grid = (int)g[0];
@@ -49,6 +49,7 @@ det_mk_geometry parse_geometry(c10::IntArrayRef g) {
   geo.barrier = (int)g[7];
   geo.outs = (int)g[8];
   geo.stage = (int)g[9];
+  geo.area_rows = (int)g[10];
   return geo;
 }
 

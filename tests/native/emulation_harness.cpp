@@ -28,8 +28,8 @@ void expect_equal(const void* a, const void* b, size_t bytes, const char* what, 
   if (memcmp(a, b, bytes) == 0) return;
   ++failures;
   printf("MISMATCH %s at geometry grid %d warps %d ring %d tile %d attn %d ahead %d barrier %d outs %d stage %d "
-         "seed %llu\n", what, g.grid, g.warps, g.ring, g.tile_rows, g.attn, g.ahead, g.barrier, g.outs, g.stage,
-         (unsigned long long)g.seed);
+         "area_rows %d seed %llu\n", what, g.grid, g.warps, g.ring, g.tile_rows, g.attn, g.ahead, g.barrier, g.outs,
+         g.stage, g.area_rows, (unsigned long long)g.seed);
 }
 
 det_mk_params params(const Model& M, std::vector<unsigned char>& ws, const det_mk_geometry& g) {
@@ -140,10 +140,12 @@ int main(int argc, char** argv) {
   // "quick" (CI): each model in two of the four geometries, rotating so that every geometry still
   // runs, and Gemma-4 in one; no argument: every model in every geometry (the opt-in slow test).
   const bool quick = argc > 1 && std::string(argv[1]) == "quick";
-  // The third: a prompt tile of 128 rows (the forward case's 170 rows of two sequences in 128 + 42,
-  // each GEMV taking them 16 at a time).
-  const det_mk_geometry geometries[] = {{1, 1, 2, 1, 0}, {2, 2, 4, 4, 3, 1, 8, 1, 4, 1}, {3, 1, 2, 128, 7, 0, 4, 1, 2},
-                                        {5, 2, 4, 2, 9, 32, 1, 0, 4, 1}};  // the last: ahead (KB), barrier, outs, stage
+  // The third: a prompt tile of 128 rows (the forward case's 170 rows of two sequences in 128 + 42),
+  // the normalizing phases 32 rows at a time (area_rows), each GEMV 16 at a time.
+  const det_mk_geometry geometries[] = {{1, 1, 2, 1, 0}, {2, 2, 4, 4, 3, 1, 8, 1, 4, 1},
+                                        {3, 1, 2, 128, 7, 0, 4, 1, 2, 0, 32},
+                                        {5, 2, 4, 2, 9, 32, 1, 0, 4, 1}};  // the last: ahead (KB), barrier, outs,
+                                                                          // stage, area_rows
   for (int variant = 0; variant < 5; ++variant) {
     const bool gemma = variant == 4;
     Model M(variant % 2 == 1 || gemma, variant % 2 == 1 || gemma ? 40 : 0, variant == 2 ? 4 : variant == 3 ? 3 : 0,

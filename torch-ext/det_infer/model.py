@@ -36,12 +36,14 @@ EXECUTORS = {"cpu": ("engine", "emulated"), "cuda": ("megakernel",)}
 # Launch geometry of the megakernel: scheduling only, never a bit of the result (docs/SPEC.md §14.3).
 # Rows per tile (DET_MK_TILE_MAX = 128); the GPU planner picks at most 16 by itself.
 TILE_ROWS = (1, 2, 4, 8, 16, 32, 64, 128)
-GEOMETRY_FIELDS = ("grid", "warps", "ring", "tile_rows", "seed", "attn", "ahead", "barrier", "outs", "stage")
+GEOMETRY_FIELDS = ("grid", "warps", "ring", "tile_rows", "seed", "attn", "ahead", "barrier", "outs", "stage",
+                   "area_rows")
 DEFAULT_GEOMETRY = {"emulated": {"grid": 2, "warps": 2, "ring": 2, "tile_rows": 16, "seed": 0, "attn": 0,
-                                 "ahead": 0, "barrier": 0, "outs": 0, "stage": 0},
+                                 "ahead": 0, "barrier": 0, "outs": 0, "stage": 0, "area_rows": 0},
                     "megakernel": {"grid": 0, "warps": 0, "ring": 0, "tile_rows": 0, "seed": 0, "attn": 0,
-                                   "ahead": 0, "barrier": 0, "outs": 0, "stage": 0}}
-# 0: auto (attn, ahead, barrier, outs, stage: the first design)
+                                   "ahead": 0, "barrier": 0, "outs": 0, "stage": 0, "area_rows": 0}}
+# 0: auto (attn, ahead, barrier, outs, stage: the first design; area_rows: the whole tile, or on a GPU
+# the most of its rows that fit a block's shared memory)
 AHEAD_MAX_KB = 256  # DET_MK_AHEAD_MAX_KB
 MAX_POSITIONS = 1_000_000  # the rope reduction's validated bound (docs/SPEC.md §7.1)
 DEFAULT_MAX_CONTEXT = 4096
@@ -146,6 +148,10 @@ def _resolve_geometry(executor, geometry):
         raise ValueError(f"det-infer: geometry stage must be 0 (the output projections and Gemma-4's per-layer gate "
                          f"read their input rows from global memory) or 1 (each block copies them into its shared "
                          f"memory once, when they fit), got {g['stage']!r}")
+    if g["area_rows"] not in (0, *TILE_ROWS):
+        raise ValueError(f"det-infer: geometry area_rows must be 0 (the whole tile; on a GPU, the most of its rows "
+                         f"that fit a block's shared memory) or one of {', '.join(map(str, TILE_ROWS))} (the rows of "
+                         f"a tile that the normalizing phases hold in shared memory at once), got {g['area_rows']!r}")
     if executor == "emulated" and not (g["grid"] >= 1 and 1 <= g["warps"] <= 32 and g["ring"] in (2, 4)
                                        and g["tile_rows"] in TILE_ROWS):
         raise ValueError(f"det-infer: emulated geometry {g} is out of range: grid >= 1, warps 1..32, ring 2 or 4, "
