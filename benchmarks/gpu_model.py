@@ -72,7 +72,7 @@ def area_rows(c, cfg, geo):
     asked for (the whole tile for 0 or more than the tile), else the most of the tile's rows, a power
     of two, whose shared memory fits a block (det_mk_smem_bytes: the tile, the rings, rows x (hidden
     + 1) floats of normalized rows; the attention scratch is smaller); 0 when they do not fit."""
-    tile = geo["tile_rows"]
+    tile = geo["tile_rows"]  # the card's default stands for the planner's own tile, which fits
     rings = geo["warps"] * geo["ring"] * max(geo.get("outs", 0), 1) * 512
 
     def fits(rows):
@@ -178,10 +178,11 @@ def tile_terms(plan, cfg, geo, sms, positions, wanted, pick, distinct=False, are
             # first most likely from L2 when the area holds the tile, from DRAM past the L2 when it
             # holds a part: unmeasured): counted as DRAM bytes, an upper bound; each pass's first
             # row rides free.
-            passes = gemv_passes(n_in, area if kind in AREA_KINDS else 0)
+            in_area = area if kind in AREA_KINDS and area else 0
+            passes = gemv_passes(n_in, in_area)
             t["bytes"] += nbytes * per_sm * passes
             ahead = 0.5 if geo.get("ahead") else 1.0
-            outs = gemv_outs(geo, n_in)
+            outs = gemv_outs(geo, min(n_in, in_area) if in_area else n_in)  # the rows of a pass
             t["row"] += nbytes * max(n_in - passes, 0) * per_sm / outs
             t["item"] += math.ceil(s["weight_rows"] / nwarps) * (1 if geo.get("epilogue") == "lane" else n_in) * ahead / outs
         elif kind == "attend":
@@ -267,6 +268,7 @@ def run_terms(run, c):
     cfg = shape_config(run["shape"], run.get("config"), run.get("layers"))
     plan = layer_plan(cfg)
     geo = dict(c.geometry, **run.get("geometry", {}))
+    geo["area_rows"] = area_rows(c, cfg, geo)  # as predict: the planner's rule
     prompt, b = run.get("prompt", PROMPT_LEN), run["batch"]
     kind = run["kind"]
     if kind == "step":  # (64 steps - 1 step) / 63: 63 steps at positions prompt..prompt+62
@@ -380,8 +382,8 @@ def cmd_predict(args):
         geometry["tile_rows"] = args.tile_rows
     got = predict(c, constants, args.shape, args.batch, args.position, args.prompt, geometry=geometry)
     if got is None:
-        sys.exit(f"gpu_model: {args.area_rows or 'one'} row(s) of {args.shape} do not fit a block's shared memory "
-                 f"on the {c.name}")
+        sys.exit(f"gpu_model: {'the asked area_rows' if args.area_rows else 'not even one row'} of {args.shape} "
+                 f"does not fit a block's shared memory on the {c.name}")
     s, tok_s = got
     what = f"prefill of {args.batch} x {args.prompt} tokens" if args.prompt else \
         f"decode step, batch {args.batch}, position {args.position}"

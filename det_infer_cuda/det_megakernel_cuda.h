@@ -4,7 +4,8 @@
 #include "../megakernel/det_megakernel.h"
 
 // Fills the geometry's zero fields for this device (grid: every block resident, warps: 8,
-// ring: 4, tile_rows: the largest of 16, 8, 4, 2, 1 whose shared memory fits; det_mk_plan_geometry
+// ring: 4, tile_rows: the largest of 16, 8, 4, 2, 1 whose shared memory fits, area_rows: the most
+// of an asked-for tile's rows that fit; det_mk_plan_geometry
 // with the device's and the kernel's figures) and checks the rest against the device's limits
 // (co-residency of the grid, shared memory per block), the runtime's occupancy calculator last.
 int det_mk_cuda_resolve(const det_llama_model* m, det_mk_geometry* g, int device, const char** why);
