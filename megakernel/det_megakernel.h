@@ -67,6 +67,8 @@ DET_MK_HD int det_mk_gemv_outs(const det_mk_geometry* g, int nb) {
 }
 // A warp's ring stage holds one 16-byte piece per lane of each row streamed at once.
 DET_MK_HD int det_mk_ring_rows(const det_mk_geometry* g) { return g->outs > 1 ? g->outs : 1; }
+// Bytes of one warp's ring: ring stages x ring rows x 32 lanes x 16 bytes.
+DET_MK_HD size_t det_mk_ring_bytes(const det_mk_geometry* g) { return (size_t)g->ring * det_mk_ring_rows(g) * 32 * 16; }
 
 #define DET_MK_AHEAD_MAX_KB 256
 
@@ -192,7 +194,7 @@ DET_MK_HD size_t det_mk_area_floats(const det_llama_model* m, const det_mk_geome
   return area > argmax ? area : argmax;
 }
 DET_MK_HD size_t det_mk_smem_bytes(const det_llama_model* m, const det_mk_geometry* g) {
-  return det_mk_smem_ring_offset() + (size_t)g->warps * g->ring * det_mk_ring_rows(g) * 32 * 16 +
+  return det_mk_smem_ring_offset() + (size_t)g->warps * det_mk_ring_bytes(g) +
          det_mk_area_floats(m, g) * sizeof(float);
 }
 

@@ -21,7 +21,7 @@ struct det_mk_ctx {
 // ring, the area), from the shared-memory base itself rather than the context's pointers: ptxas
 // then sees shared memory and reads them with LDS, where a pointer loaded from the context is
 // generic (an address-space check on every load).
-DET_DEV int det_mk_ring_slots(const det_mk_geometry& g) { return g.ring * det_mk_ring_rows(&g) * DET_WARP; }
+DET_DEV int det_mk_ring_slots(const det_mk_geometry& g) { return (int)(det_mk_ring_bytes(&g) / 16); }
 DET_DEV det_vec_u32x4* det_mk_rings() { return (det_vec_u32x4*)(det_smem() + det_mk_smem_ring_offset()); }
 DET_DEV det_vec_u32x4* det_mk_ring_of(const det_mk_geometry& g) { return det_mk_rings() + det_warp() * det_mk_ring_slots(g); }
 DET_DEV float* det_mk_area_of(const det_mk_geometry& g) { return (float*)(det_mk_rings() + det_warps() * det_mk_ring_slots(g)); }
@@ -268,8 +268,10 @@ DET_DEV void det_mk_gemv_rows(det_vec_u32x4* ring, int depth, int64_t n_items, i
   int64_t g = 0, s = 0;
   int ch = 0, live = nb < NB ? nb : NB;  // the chunk, and its rows
   const float* xc = x;                   // its first input row
-  det_mk_group_rows<NO> rows = det_mk_group_rows_of<NO>(row, K, n_items, 0);  // group g's: a dense row
-                                                                              // decodes from the ring alone
+  // Group g's rows: a dense row decodes from the ring alone. Resolved again rather than copied from
+  // issue_rows before the priming: the copy, live across it, took sm_90 to 248 registers and a
+  // larger frame.
+  det_mk_group_rows<NO> rows = det_mk_group_rows_of<NO>(row, K, n_items, 0);
   for (int64_t f = 0; f < total; ++f) {
     issue(true);
     if (depth == 4) det_cp_async_wait<3>();  // stage f has landed; depth - 1 stay in flight
