@@ -154,11 +154,11 @@ def gemv_passes(n_in, area):
     return max(full * math.ceil(area / GEMV_ROWS) + math.ceil(rest / GEMV_ROWS), 1)
 
 
-def tile_terms(plan, cfg, geo, sms, positions, wanted, pick, distinct=False, area=0):
+def tile_terms(plan, cfg, geo, sms, positions, wanted, pick, distinct=False):
     """The five counts of one tile of rows at `positions` (one per row) with `wanted` rows through
     the head, and generate mode's pick when `pick`. `distinct`: every row is its own sequence (a
-    decode step), so with split attention the units do ROPE's work and its phase is skipped.
-    `area`: the rows the phase area holds (0: the whole tile)."""
+    decode step), so with split attention the units do ROPE's work and its phase is skipped. The
+    phase area holds geo's area_rows of the rows (0: the whole tile)."""
     t = dict.fromkeys(TERMS, 0.0)
     rows = len(positions)
     nwarps = geo["grid"] * geo["warps"]
@@ -178,7 +178,7 @@ def tile_terms(plan, cfg, geo, sms, positions, wanted, pick, distinct=False, are
             # first most likely from L2 when the area holds the tile, from DRAM past the L2 when it
             # holds a part: unmeasured): counted as DRAM bytes, an upper bound; each pass's first
             # row rides free.
-            in_area = area if kind in AREA_KINDS and area else 0
+            in_area = geo.get("area_rows", 0) if kind in AREA_KINDS else 0
             passes = gemv_passes(n_in, in_area)
             t["bytes"] += nbytes * per_sm * passes
             ahead = 0.5 if geo.get("ahead") else 1.0
@@ -249,15 +249,14 @@ def launch_terms(plan, cfg, geo, sms, batch, prompt, steps, first_pos=None):
     rows from position first_pos (default: prompt)."""
     t = dict.fromkeys(TERMS, 0.0)
     t["launch"] = 1.0
-    area = geo.get("area_rows", 0)
     if prompt:
         for positions, wanted in tiles_of([prompt] * batch, geo["tile_rows"]):
-            t = _add(t, tile_terms(plan, cfg, geo, sms, positions, wanted, pick=steps >= 0, area=area))
+            t = _add(t, tile_terms(plan, cfg, geo, sms, positions, wanted, pick=steps >= 0))
     pos0 = prompt if first_pos is None else first_pos
     for i in range(max(steps, 0)):
         for r0 in range(0, batch, geo["tile_rows"]):
             n = min(geo["tile_rows"], batch - r0)
-            t = _add(t, tile_terms(plan, cfg, geo, sms, [pos0 + i] * n, n, pick=True, distinct=True, area=area))
+            t = _add(t, tile_terms(plan, cfg, geo, sms, [pos0 + i] * n, n, pick=True, distinct=True))
     return t
 
 
