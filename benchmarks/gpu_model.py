@@ -182,7 +182,7 @@ def tile_terms(plan, cfg, geo, sms, positions, wanted, pick, distinct=False):
             passes = gemv_passes(n_in, in_area)
             t["bytes"] += nbytes * per_sm * passes
             ahead = 0.5 if geo.get("ahead") else 1.0
-            outs = gemv_outs(geo, min(n_in, in_area) if in_area else n_in)  # the rows of a pass
+            outs = gemv_outs(geo)
             t["row"] += nbytes * max(n_in - passes, 0) * per_sm / outs
             t["item"] += math.ceil(s["weight_rows"] / nwarps) * (1 if geo.get("epilogue") == "lane" else n_in) * ahead / outs
         elif kind == "attend":
@@ -192,13 +192,13 @@ def tile_terms(plan, cfg, geo, sms, positions, wanted, pick, distinct=False):
     return t
 
 
-def gemv_outs(geo, n_in):
-    """Weight rows a warp streams at once (geometry outs; det_mk_gemv_outs: at most 2 past 8 rows).
+def gemv_outs(geo):
+    """Weight rows a warp streams at once (geometry outs; det_mk_gemv_outs).
     The whatif counts a warp's items and each input row's extra cost at 1 / outs of their fitted
     cost: each input value a lane loads feeds outs rows, and a group's tree and epilogue are one
     round of shuffles for all of them. An estimate, the most it can save, until a GPU measures it."""
     outs = geo.get("outs", 0)
-    return 1 if outs <= 1 else min(outs, 2 if n_in > 8 else 4)
+    return outs if outs > 1 else 1
 
 
 def attend_terms(t, cfg, geo, nwarps, positions, window):
@@ -407,7 +407,7 @@ WHATIF = (
     ("monotonic barrier (issue 50)", "geometry barrier 1: one reduction a block into a 64-bit count that is "
      "never reset; each phase 0.83 us shorter, the difference the H200 measured between the two barriers",
      {"geometry": {"barrier": 1}}),
-    ("outs 4 (issue 49)", "geometry outs 4: a warp streams 4 weight rows at once (2 past 8 input rows), each "
+    ("outs 4 (issue 49)", "geometry outs 4: a warp streams 4 weight rows at once, each "
      "input value it loads feeding all of them: its items and each input row's extra cost at 1 / outs, an estimate",
      {"geometry": {"outs": 4}}),
     ("prompt tiles of 64 (issue 49)", "geometry tile_rows 64: a 1,000-token prompt in 16 tiles' phases and "

@@ -13,7 +13,7 @@ benchmarks/gpu_model.py's prediction for the card its constants were fitted to (
             (each GEMV phase's weights requested before its barrier) beside ahead 0
   barrier   per-step ms at batch 1 and 16 with geometry barrier 1 (the monotonic counter)
   outs      per-step ms at batch 1 and 16, and the long prompt's prefill, with geometry outs 4 (a
-            warp streams 4 weight rows at once, 2 in tiles of more than 8 rows)
+            warp streams 4 weight rows at once)
   stage     per-step ms at batch 1 and 16 with geometry stage 1 (the output projections' inputs
             copied to shared memory once per block; gpu_model has no term for it)
   tiles     the long prompt's prefill with geometry tile_rows 64 (prompt tiles; refused where 64

@@ -59,14 +59,13 @@ DET_MK_HD int det_mk_area_rows(const det_mk_geometry* g) {
   return g->area_rows > 0 && g->area_rows < g->tile_rows ? g->area_rows : g->tile_rows;
 }
 
-// Weight rows a warp streams at once in a GEMV phase of nb input rows: geometry outs, at most 2
-// when nb > 8, so that a lane's outs x 16 accumulators stay in registers.
-DET_MK_HD int det_mk_gemv_outs(const det_mk_geometry* g, int nb) {
-  const int most = nb > 8 ? 2 : 4;
-  return g->outs <= 1 ? 1 : g->outs < most ? g->outs : most;
-}
+// Weight rows a warp streams at once in a GEMV phase: geometry outs (0 or 1: one). In a pass of
+// 16 input rows a lane then keeps outs x 16 accumulators, 64 at outs 4: registers hold them (the
+// SASS audit, RESULTS §3), and each input value loaded from shared memory feeds 4 fmas, which is
+// where a pass stops being bound by shared-memory reads (issue 49).
+DET_MK_HD int det_mk_gemv_outs(const det_mk_geometry* g) { return g->outs > 1 ? g->outs : 1; }
 // A warp's ring stage holds one 16-byte piece per lane of each row streamed at once.
-DET_MK_HD int det_mk_ring_rows(const det_mk_geometry* g) { return g->outs > 1 ? g->outs : 1; }
+DET_MK_HD int det_mk_ring_rows(const det_mk_geometry* g) { return det_mk_gemv_outs(g); }
 // Bytes of one warp's ring: ring stages x ring rows x 32 lanes x 16 bytes.
 DET_MK_HD size_t det_mk_ring_bytes(const det_mk_geometry* g) { return (size_t)g->ring * det_mk_ring_rows(g) * 32 * 16; }
 

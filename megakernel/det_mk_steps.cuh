@@ -488,7 +488,7 @@ DET_DEV_NOINLINE bool det_mk_primed(const det_mk_ctx c, int64_t j) {
 
 // The weights of GEMV step s ahead (det_mk_gemv_ahead): into the ring when ring, and the first
 // geometry-ahead KB of this warp's rows into L2; its rows as many at a time, and in as many chunks,
-// as the phase's first GEMV will take them (det_mk_gemv_outs and det_mk_gemv_chunks of its input
+// as the phase's first GEMV will take them (det_mk_gemv_outs, and det_mk_gemv_chunks of its input
 // rows: the wanted rows for HEAD, else the tile's; at most the area's rows, det_mk_area_pass).
 template <int NO>
 DET_DEV void det_mk_weights_ahead_rows(const det_mk_ctx& c, const det_step& s, int chunks, bool ring) {
@@ -504,7 +504,7 @@ DET_DEV_NOINLINE void det_mk_weights_ahead(const det_mk_ctx c, const det_step& s
   const bool in_area = s.kind == DET_STEP_QKV || s.kind == DET_STEP_MLP || s.kind == DET_STEP_HEAD ||
                        s.kind == DET_STEP_PLE_PROJECT;
   if (in_area && nb > det_mk_area_rows(&c.P->geo)) nb = det_mk_area_rows(&c.P->geo);  // its first pass's rows
-  const int outs = det_mk_gemv_outs(&c.P->geo, nb), chunks = det_mk_gemv_chunks(nb);
+  const int outs = det_mk_gemv_outs(&c.P->geo), chunks = det_mk_gemv_chunks(nb);
   if (outs == 1) det_mk_weights_ahead_rows<1>(c, s, chunks, ring);
   else if (outs == 2) det_mk_weights_ahead_rows<2>(c, s, chunks, ring);
   else det_mk_weights_ahead_rows<4>(c, s, chunks, ring);

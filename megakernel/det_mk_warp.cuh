@@ -315,12 +315,10 @@ template <int NB, class Row, class Emit>
 DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row row, const float* x, int64_t ldx,
                          int nb, Emit emit, bool primed = false) {
   det_vec_u32x4* ring = det_mk_ring_of(c.P->geo);
-  const int depth = c.depth, outs = det_mk_gemv_outs(&c.P->geo, nb);
+  const int depth = c.depth, outs = det_mk_gemv_outs(&c.P->geo);
   if (outs == 1) det_mk_gemv_rows<1, NB>(ring, depth, n_items, K, row, x, ldx, nb, emit, primed);
   else if (outs == 2) det_mk_gemv_rows<2, NB>(ring, depth, n_items, K, row, x, ldx, nb, emit, primed);
-  // outs 4 only when nb <= 8 (det_mk_gemv_outs), which is NB <= 8: det_mk_with_nb picks the smallest
-  // power of two holding nb. (NB > 8 ? 2 : 4) spares the unreachable NB = 16 branch 64 accumulators.
-  else det_mk_gemv_rows<(NB > 8 ? 2 : 4), NB>(ring, depth, n_items, K, row, x, ldx, nb, emit, primed);
+  else det_mk_gemv_rows<4, NB>(ring, depth, n_items, K, row, x, ldx, nb, emit, primed);
 }
 
 // Weights ahead of their inputs (geometry ahead > 0; docs/SPEC.md §14.3): weights never depend on

@@ -70,7 +70,8 @@ MAX_REGISTERS = 248
 # kernel's own body (the phase dispatch, once per phase) reloads the context from its frame on
 # sm_75-90: 246/6 and 270/6; ceilings 251/8 and 276/8. The ring and area from the shared-memory
 # base: 196/6 on sm_90. Geometry area_rows (a loop of passes in the four phases that fill the area,
-# reloading context fields): 244/6 on every architecture, registers 224-246.
+# reloading context fields): 244/6 on every architecture, registers 224-246. Geometry outs 4 in
+# passes of 16 rows (64 accumulators a lane): 244/6, registers 236-242, sm_100/120 248 (the cap).
 LOCAL_MEMORY_CEILING = {"75": (251, 8), "80": (251, 8), "86": (251, 8), "89": (251, 8),
                         "90": (251, 8), "100": (276, 8), "120": (276, 8)}
 

@@ -93,14 +93,15 @@ def test_weights_ahead_halves_the_item_term_only(fitted):
 
 
 def test_outs_divides_the_item_and_row_terms_only(fitted):
-    """The whatif of geometry outs 4: a warp's items and each extra input row at 1 / outs of their
-    fitted cost, outs capped at 2 past 8 input rows (det_mk_gemv_outs), every other term unchanged."""
+    """The whatif of geometry outs: a warp's items and each extra input row at 1 / outs of their
+    fitted cost at every batch (det_mk_gemv_outs: 4 rows at once in passes of 16 input rows too),
+    every other term unchanged."""
     c, _, constants = fitted
     cfg = gpu_model.shape_config("SmolLM2-135M")
     plan = gpu_model.layer_plan(cfg)
-    for batch, outs in ((1, 4), (8, 4), (16, 2)):
+    for batch, outs in ((1, 4), (8, 4), (16, 4), (16, 2)):
         base = gpu_model.launch_terms(plan, cfg, dict(c.geometry), c.sms, batch, 0, 1, first_pos=50)
-        new = gpu_model.launch_terms(plan, cfg, dict(c.geometry, outs=4), c.sms, batch, 0, 1, first_pos=50)
+        new = gpu_model.launch_terms(plan, cfg, dict(c.geometry, outs=outs), c.sms, batch, 0, 1, first_pos=50)
         assert new["item"] == pytest.approx(base["item"] / outs) and base["item"] > 0, batch
         assert new["row"] == pytest.approx(base["row"] / outs), batch
         assert {k: v for k, v in new.items() if k not in ("item", "row")} == \

@@ -74,9 +74,10 @@ def test_token_by_token_and_decode_batch(case):
 
 
 def test_batch_of_16_with_random_co_prompts(case):
-    # llama's decode steps split into four tiles of 4 rows; the others ride in one tile of 16.
+    # llama's decode steps split into four tiles of 4 rows; the others ride in one tile of 16, each
+    # warp streaming 4 weight rows at once against the 16 rows (geometry outs 4: 64 accumulators).
     tile_rows = 4 if case["name"] == "llama" else 16
-    mm = case["emulated"]((3, 2, 4, tile_rows, 30 + tile_rows, 0, 8))
+    mm = case["emulated"]((3, 2, 4, tile_rows, 30 + tile_rows, 0, 8, 0, 4))
     prompts, slot, _ = batch_with_target(f"emu-co-prompts:{case['name']}", case["prompt"], mm.config.vocab_size, 40)
     streams, logits = mm.generate_batch(prompts, max_new=N_GEN, return_logits=True)
     assert generation_digest(streams[slot], logits[slot]) == case["pins"]["generation"]

@@ -150,9 +150,10 @@ int main(int argc, char** argv) {
   // pass each (the fold's state between passes); c in one pass. a and c take their weights ahead of
   // their inputs (geometry ahead): under async mode the ring stages primed before a barrier hold NaN
   // until the GEMV's wait_group lands them. b and c meet at the monotonic counter (geometry
-  // barrier 1): in threads mode between OS threads, under TSan. a and b stream their weight rows 2
-  // at a time (geometry outs 4, 2 for 16-row tiles), c 4 at a time. b and c copy RESIDUAL's and
-  // PLE_GATE's inputs into shared memory (geometry stage), a reads them from global memory. a takes
+  // barrier 1): in threads mode between OS threads, under TSan. b streams its weight rows 2 at a
+  // time (geometry outs 2), a and c 4 at a time (outs 4; a in passes of 16 input rows, 64
+  // accumulators a lane). b and c copy RESIDUAL's and PLE_GATE's inputs into shared memory
+  // (geometry stage), a reads them from global memory. a takes
   // the rows in prompt tiles of 64 (152 = 64 + 64 + 24), the normalizing phases 16 rows at a time
   // (area_rows: in smem mode the exactly sized shared memory holds 16 rows, not 64).
   const det_mk_geometry a = {3, 2, 4, 64, 5, 1, 2, 0, 4, 0, 16}, b = {2, 1, 2, 16, 6, 0, 0, 1, 2, 1},

@@ -142,8 +142,7 @@ def _resolve_geometry(executor, geometry):
                          f"counter: one atomic a block), got {g['barrier']!r}")
     if g["outs"] not in (0, 1, 2, 4):
         raise ValueError(f"det-infer: geometry outs must be 0 or 1 (a warp streams one weight row at a time), 2 or 4 "
-                         f"(that many rows at once, each input value loaded feeding all of them; 2 at most for tiles "
-                         f"of more than 8 rows), got {g['outs']!r}")
+                         f"(that many rows at once, each input value loaded feeding all of them), got {g['outs']!r}")
     if g["stage"] not in (0, 1):
         raise ValueError(f"det-infer: geometry stage must be 0 (the output projections and Gemma-4's per-layer gate "
                          f"read their input rows from global memory) or 1 (each block copies them into its shared "
