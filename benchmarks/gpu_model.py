@@ -457,6 +457,33 @@ def cmd_whatif(args):
         print(f"- {name}: {what}")
 
 
+# The default geometry as landed (each input row's output on its own lane), and with every landed
+# switch on: split attention, weights ahead, the monotonic barrier, 4 weight rows a warp at once,
+# prompt tiles of 64 (the planner's area rows).
+LANDED = {"epilogue": "lane"}
+SWITCHES = dict(LANDED, attn=32, ahead=16, barrier=1, outs=4, tile_rows=64)
+SIZES = [(shape, 1, 0, n) for shape in ("SmolLM2-135M", "Llama-3.2-1B") for n in (16, 256, 1024, 4096)] + \
+        [(shape, b, 50, 0) for shape in ("SmolLM2-135M", "Llama-3.2-1B") for b in (1, 4, 8, 16)]
+
+
+def cmd_sizes(args):
+    """Issue 49's prompt lengths and batch sizes: the design measured 2026-12-04, the default geometry
+    as landed, and every landed switch on."""
+    c = card(args.card)
+    _, runs = load_runs(RUNS / c.runs)
+    constants = fit(c, runs)
+    print(f"Predicted, not measured ({c.name}; constants fitted to {c.runs}). tok/s of a prefill (prompt "
+          "tokens/s) or a decode step at position 50 (batch x steps/s):")
+    print("| case | measured design | default geometry (landed) | every landed switch on | switches / measured |")
+    print("|---|---|---|---|---|")
+    for shape, batch, position, prompt in SIZES:
+        label = f"{shape} " + (f"prefill {prompt:,}" if prompt else f"decode b{batch}")
+        got = [predict(c, constants, shape, batch, position, prompt, geometry=g) for g in ({}, LANDED, SWITCHES)]
+        cells = [f"{r[1]:,.0f}" for r in got]
+        print(f"| {label} | " + " | ".join(cells) + f" | {got[2][1] / got[0][1]:.1f}x |")
+    print("- switches: " + ", ".join(f"{k} {v}" for k, v in SWITCHES.items()))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd")
@@ -484,6 +511,8 @@ def main(argv=None):
                         "that fit)")
     w = sub.add_parser("whatif", help="the GPU issues' changes, predicted")
     w.add_argument("--card", default="h200")
+    z = sub.add_parser("sizes", help="prompt lengths and batch sizes: measured design, landed default, switches on")
+    z.add_argument("--card", default="h200")
     args = ap.parse_args(argv)
     if args.cmd == "predict":
         if args.batch < 1 or args.batch > 16 or args.position < 0 or args.prompt < 0 or not 0 <= args.attn <= 32 \
@@ -493,6 +522,8 @@ def main(argv=None):
         return cmd_predict(args)
     if args.cmd == "whatif":
         return cmd_whatif(args)
+    if args.cmd == "sizes":
+        return cmd_sizes(args)
     if args.cmd is None:
         args = ap.parse_args(["fit"] + (argv or sys.argv[1:]))
     return cmd_fit(args)

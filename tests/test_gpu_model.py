@@ -162,3 +162,19 @@ def test_predict_from_the_shell(di):
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_model.py"), "predict", "--card", "l4"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "no measurements of card 'l4'" in r.stderr
+
+
+def test_sizes_table_is_the_predictions(fitted, capsys):
+    """`gpu_model.py sizes` (issue 49's prompt lengths and batch sizes): a row per case, each cell
+    predict()'s tok/s for the measured design, the landed default and every landed switch on."""
+    c, _, constants = fitted
+    assert gpu_model.main(["sizes"]) is None
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "prefill" in line
+            or line.startswith("| ") and "decode" in line]
+    assert len(rows) == len(gpu_model.SIZES) == 16
+    for (shape, batch, position, prompt), row in zip(gpu_model.SIZES, rows):
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        want = [gpu_model.predict(c, constants, shape, batch, position, prompt, geometry=g)[1]
+                for g in ({}, gpu_model.LANDED, gpu_model.SWITCHES)]
+        assert [float(x.replace(",", "")) for x in cells[1:4]] == [round(w) for w in want], row
+    assert gpu_model.SWITCHES["outs"] == 4 and gpu_model.SWITCHES["tile_rows"] == 64
