@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def load_model(path, executor, max_context):
+def load_model(path, executor, max_context, geometry=None):
     os.environ.setdefault("LOCAL_KERNELS", f"phanerozoic/det-infer={ROOT / 'build'}")
     from kernels import get_kernel
 
@@ -41,7 +41,7 @@ def load_model(path, executor, max_context):
     if not os.path.exists(path):
         sys.exit(f"serve: {path} does not exist (a model directory or a .gguf file)")
     device = "cuda" if executor == "megakernel" else "cpu"
-    mm = di.MegaModel.load(path, device=device, executor=executor, max_context=max_context)
+    mm = di.MegaModel.load(path, device=device, executor=executor, max_context=max_context, geometry=geometry)
     return di, mm, path
 
 
@@ -221,6 +221,8 @@ def main():
     ap.add_argument("--executor", choices=["engine", "emulated", "megakernel"], default="engine",
                     help="engine: the CPU engine; emulated: the megakernel's device code on the CPU (slow); "
                          "megakernel: the CUDA megakernel (needs a GPU)")
+    ap.add_argument("--geometry", help="the megakernel's launch shape, e.g. \"tile_rows=64;attn=32\" (README's geometry "
+                    "fields; emulated and megakernel executors; answers do not depend on it)")
     ap.add_argument("--max-batch", type=int, default=16, help="sequences decoded together (1..16)")
     ap.add_argument("--max-waiting", type=int, default=256, help="requests queued beyond the batch; more get 429")
     ap.add_argument("--step-tokens", type=int, default=256, help="rows per step: decode rows, then prompt pieces")
@@ -235,7 +237,10 @@ def main():
 
     import uvicorn  # the web stack is the script's, not the kernel's
 
-    di, mm, path = load_model(args.model, args.executor, args.max_context)
+    try:
+        di, mm, path = load_model(args.model, args.executor, args.max_context, args.geometry)
+    except ValueError as e:  # a bad geometry, context or model: say what, not a traceback
+        sys.exit(f"serve: {e}")
     served = di.openai_protocol.Served(mm, mm.tokenizer(), args.served_model_name or Path(path).name.removesuffix(".gguf"),
                                        args.max_tokens_default)
     sched = di.serving.Scheduler(mm, max_batch=args.max_batch, max_waiting=args.max_waiting,

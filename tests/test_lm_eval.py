@@ -48,8 +48,12 @@ def test_results_identical_at_every_batch_size_and_on_the_emulated_megakernel(di
     runs = {}
     for bs in (1, 4, 16):
         runs[bs] = evaluate(di.lm_eval.DetInferLM(pretrained=str(tiny), batch_size=bs, max_length=TINY_MAX_LENGTH))
-    emulated = evaluate(di.lm_eval.DetInferLM(pretrained=str(tiny), batch_size=4, executor="emulated",
-                                              max_length=TINY_MAX_LENGTH))
+    # As lm-eval builds it from --model_args (split on commas): prompt tiles of 32 rows, 4 weight
+    # rows a warp at once.
+    model = di.lm_eval.DetInferLM.create_from_arg_string(
+        f"pretrained={tiny},batch_size=4,executor=emulated,geometry=tile_rows=32;outs=4,max_length={TINY_MAX_LENGTH}")
+    assert (model.mm.geometry["tile_rows"], model.mm.geometry["outs"]) == (32, 4)
+    emulated = evaluate(model)
     samples, results = runs[1]
     assert set(samples) == set(TASKS) and all(len(rows) > 0 for rows in samples.values())
     for other in (runs[4], runs[16], emulated):

@@ -262,3 +262,10 @@ def test_lm_eval_local_completions_through_the_server_equals_in_process(di, serv
     for t in tasks:
         assert {k: v for k, v in remote[1][t].items() if k != "alias"} == \
             {k: v for k, v in local[1][t].items() if k != "alias"}
+
+
+def test_a_bad_geometry_is_refused_with_its_reason(tiny_dir):
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve.py"), str(tiny_dir), "--executor", "emulated",
+                        "--geometry", "tile_rows=48", "--port", "0"], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "serve: det-infer: emulated geometry" in r.stderr and "tile_rows 1, 2" in r.stderr, \
+        r.stderr[-2000:]

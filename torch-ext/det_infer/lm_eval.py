@@ -19,8 +19,8 @@ from . import text
 from .model import BATCH_MAX, MAX_POSITIONS, MegaModel
 
 MODEL_NAME = "det-infer"
-MODEL_ARGS = ("pretrained", "batch_size", "max_batch_size", "device", "executor", "max_length", "max_gen_toks",
-              "seed", "add_bos_token", "trust_remote_code")
+MODEL_ARGS = ("pretrained", "batch_size", "max_batch_size", "device", "executor", "geometry", "max_length",
+              "max_gen_toks", "seed", "add_bos_token", "trust_remote_code")
 GEN_KWARGS = ("until", "max_gen_toks", "do_sample", "temperature", "top_k", "top_p", "min_p", "seed")
 _CLASS = None
 
@@ -83,13 +83,15 @@ class _DetInferMethods:
     """An lm-eval model running det-infer (name "det-infer"). pretrained: a Hugging Face model
     directory or a .gguf file; batch_size: sequences per native call, 1..16 or "auto" (scores do
     not depend on it); device "cpu" or "cuda"; executor None (the device's default), "engine",
-    "emulated" or "megakernel"; max_length: the context limit (default: the model's); max_gen_toks:
+    "emulated" or "megakernel"; geometry: the megakernel's launch shape, a dict or its text form
+    "tile_rows=64;attn=32" (model_args split on commas; scores do not depend on it; prompt tiles of
+    64 rows take loglikelihood's prompts 64 rows a pass); max_length: the context limit (default: the model's); max_gen_toks:
     generate_until's default length; seed: the base seed of sampled generation; add_bos_token as in
     lm-eval's HFLM."""
 
     def __init__(self, pretrained=None, batch_size=1, max_batch_size=None, device=None, executor=None,
-                 max_length=None, max_gen_toks=256, seed=0, add_bos_token=None, trust_remote_code=None,
-                 **unknown):
+                 geometry=None, max_length=None, max_gen_toks=256, seed=0, add_bos_token=None,
+                 trust_remote_code=None, **unknown):
         if unknown:
             raise TypeError(f"det-infer: DetInferLM got unknown argument(s) {', '.join(sorted(unknown))}; "
                             f"supported: {', '.join(MODEL_ARGS)}")
@@ -103,7 +105,7 @@ class _DetInferMethods:
             raise ValueError(f"det-infer: seed must be an int in [0, 2**64), got {seed!r}")
         self.batch_size = parse_batch_size(batch_size, max_batch_size)
         path = str(pretrained)
-        self.mm = MegaModel.load(path, device=device or "cpu", executor=executor,
+        self.mm = MegaModel.load(path, device=device or "cpu", executor=executor, geometry=geometry,
                                  max_context=MAX_POSITIONS if max_length is None else max_length)
         self._device = self.mm.device
         self.tokenizer = self.mm.tokenizer()

@@ -29,22 +29,11 @@ import torch
 from . import bnb_io, names, safetensors_io
 from ._ops import add_op_namespace_prefix, ops
 from .config import ModelConfig
+from .geometry import DEFAULT_GEOMETRY, GEOMETRY_FIELDS, TILE_ROWS, resolve_geometry  # noqa: F401 (names users import)
 from .kv_state import KVState, check_memory
 
 BATCH_MAX = 16
 EXECUTORS = {"cpu": ("engine", "emulated"), "cuda": ("megakernel",)}
-# Launch geometry of the megakernel: scheduling only, never a bit of the result (docs/SPEC.md §14.3).
-# Rows per tile (DET_MK_TILE_MAX = 128); the GPU planner picks at most 16 by itself.
-TILE_ROWS = (1, 2, 4, 8, 16, 32, 64, 128)
-GEOMETRY_FIELDS = ("grid", "warps", "ring", "tile_rows", "seed", "attn", "ahead", "barrier", "outs", "stage",
-                   "area_rows")
-DEFAULT_GEOMETRY = {"emulated": {"grid": 2, "warps": 2, "ring": 2, "tile_rows": 16, "seed": 0, "attn": 0,
-                                 "ahead": 0, "barrier": 0, "outs": 0, "stage": 0, "area_rows": 0},
-                    "megakernel": {"grid": 0, "warps": 0, "ring": 0, "tile_rows": 0, "seed": 0, "attn": 0,
-                                   "ahead": 0, "barrier": 0, "outs": 0, "stage": 0, "area_rows": 0}}
-# 0: auto (attn, ahead, barrier, outs, stage: the first design; area_rows: the whole tile, or on a GPU
-# the most of its rows that fit a block's shared memory)
-AHEAD_MAX_KB = 256  # DET_MK_AHEAD_MAX_KB
 MAX_POSITIONS = 1_000_000  # the rope reduction's validated bound (docs/SPEC.md §7.1)
 DEFAULT_MAX_CONTEXT = 4096
 
@@ -117,47 +106,6 @@ def _resolve_device(device, executor):
     return str(dev), executor
 
 
-def _resolve_geometry(executor, geometry):
-    if executor == "engine":
-        if geometry:
-            raise ValueError("det-infer: geometry= applies to the megakernel executors ('megakernel', 'emulated')")
-        return None
-    g = dict(DEFAULT_GEOMETRY[executor])
-    for key, value in (geometry or {}).items():
-        if key not in GEOMETRY_FIELDS:
-            raise ValueError(f"det-infer: unknown geometry field {key!r}; fields: {', '.join(GEOMETRY_FIELDS)}")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"det-infer: geometry {key} must be a non-negative int, got {value!r}")
-        g[key] = value
-    if not 0 <= g["attn"] <= 32:
-        raise ValueError(f"det-infer: geometry attn must be 0 (a warp per query head walks the context) or 1..32 "
-                         f"(chunk units over the grid, then a fold; that many 128-position chunks per pass), "
-                         f"got {g['attn']!r}")
-    if g["ahead"] > AHEAD_MAX_KB:
-        raise ValueError(f"det-infer: geometry ahead must be 0 (a phase loads its weights when it starts) or "
-                         f"1..{AHEAD_MAX_KB} (each warp requests its next phase's first ring stages, and that many KB "
-                         f"of its weight rows into L2, before the barrier), got {g['ahead']!r}")
-    if g["barrier"] not in (0, 1):
-        raise ValueError(f"det-infer: geometry barrier must be 0 (the generation barrier) or 1 (a monotonic arrival "
-                         f"counter: one atomic a block), got {g['barrier']!r}")
-    if g["outs"] not in (0, 1, 2, 4):
-        raise ValueError(f"det-infer: geometry outs must be 0 or 1 (a warp streams one weight row at a time), 2 or 4 "
-                         f"(that many rows at once, each input value loaded feeding all of them), got {g['outs']!r}")
-    if g["stage"] not in (0, 1):
-        raise ValueError(f"det-infer: geometry stage must be 0 (the output projections and Gemma-4's per-layer gate "
-                         f"read their input rows from global memory) or 1 (each block copies them into its shared "
-                         f"memory once, when they fit), got {g['stage']!r}")
-    if g["area_rows"] not in (0, *TILE_ROWS):
-        raise ValueError(f"det-infer: geometry area_rows must be 0 (the whole tile; on a GPU, the most of its rows "
-                         f"that fit a block's shared memory) or one of {', '.join(map(str, TILE_ROWS))} (the rows of "
-                         f"a tile that the normalizing phases hold in shared memory at once), got {g['area_rows']!r}")
-    if executor == "emulated" and not (g["grid"] >= 1 and 1 <= g["warps"] <= 32 and g["ring"] in (2, 4)
-                                       and g["tile_rows"] in TILE_ROWS):
-        raise ValueError(f"det-infer: emulated geometry {g} is out of range: grid >= 1, warps 1..32, ring 2 or 4, "
-                         "tile_rows 1, 2, 4, 8, 16, 32, 64 or 128")
-    return g
-
-
 def native_model(tensor_names, weights, scales, cfg_ints, eps, inv_freq):
     """The native model (torch.classes.<ns>.Model): the weights bound by name (names[i] names
     weights[i]) and checked against the config once, at load."""
@@ -169,7 +117,7 @@ class MegaModel:
     def __init__(self, config: ModelConfig, tensors: dict, *, device="cpu", max_context=None, executor=None,
                  geometry=None):
         self.device, self.executor = _resolve_device(device, executor)
-        self.geometry = _resolve_geometry(self.executor, geometry)
+        self.geometry = resolve_geometry(self.executor, geometry)
         self.config = config
         tensors, packed = bnb_io.unpack(tensors, names.projection_shapes(config))
         if packed and config.quantization != "nf4":
