@@ -18,6 +18,8 @@ benchmarks/gpu_model.py's prediction for the card its constants were fitted to (
             copied to shared memory once per block; gpu_model has no term for it)
   tiles     the long prompt's prefill with geometry tile_rows 64 (prompt tiles; refused where 64
             rows do not fit a block's shared memory)
+  all       every switch above on at once: per-step ms at batch 1, 4, 8 and 16, and the long
+            prompt's prefill (gpu_model.py sizes' last column)
   batch     per-step ms of the whole model at batch 16
   prefill   tokens/s of a 16- and a 1,000-token prompt (one launch, prompt and first pick)
   timeline  one launch with the phase timeline on (det_infer.profiling): per kind of phase, its
@@ -127,7 +129,7 @@ def predictor(card):
 
 ATTN = (0, 32)  # the attention's geometry: a warp per query head, and split over the grid (issue 48)
 AHEAD = 16  # KB a warp requests ahead of a GEMV phase, measured beside 0 (issue 50)
-OUTS = 4  # weight rows a warp streams at once (2 in 16-row tiles), measured beside 1 (issue 49)
+OUTS = 4  # weight rows a warp streams at once, measured beside 1 (issue 49)
 TILE = 64  # rows of a prompt tile, measured beside the planner's (issue 49)
 # The geometry switches measured beside the defaults: (label, geometry, batches of its per-step
 # rows, whether the long prompt's prefill (attn 32) too, whether gpu_model has a term for it).
@@ -137,6 +139,9 @@ SWITCHES = (
     (f"outs {OUTS}", {"outs": OUTS}, (1, 16), True, True),  # issue 49
     ("stage 1", {"stage": 1}, (1, 16), False, False),  # issue 49: the model has no term for input reads
     (f"tile_rows {TILE}", {"tile_rows": TILE}, (), True, True),  # issue 49: prompt tiles
+    # Every switch on at once: gpu_model.py sizes' last column (stage 1 has no term there).
+    ("all switches", {"ahead": AHEAD, "barrier": 1, "outs": OUTS, "stage": 1, "tile_rows": TILE}, (1, 4, 8, 16), True,
+     True),
 )
 
 

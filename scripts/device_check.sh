@@ -24,8 +24,9 @@
 #                            ~1,000, ~4,000; attn 0 and 32) and batch 16, prefill tok/s of 16- and
 #                            1,000-token prompts, batch 1 and 16 and the long prefill with geometry
 #                            ahead 16, batch 1 and 16 with barrier 1, the same three with outs 4,
-#                            batch 1 and 16 with stage 1, the phase timeline; each beside
-#                            gpu_model.py's prediction
+#                            batch 1 and 16 with stage 1, the long prefill with tile_rows 64,
+#                            every switch at once (batch 1, 4, 8, 16 and the long prefill; ~20 s
+#                            more), the phase timeline; each beside gpu_model.py's prediction
 #   peers           60   30  benchmarks/peer_torch.py: a stock PyTorch decode step of the same shapes
 #                            as a CUDA graph, and its prefill; the report divides det-infer by it
 #   accuracy        50   20  benchmarks/contract_accuracy.py --device cuda, 10M inputs (2M took 5 s

@@ -80,6 +80,7 @@ def test_dry_run_report_files(dry_run):
     assert "| per step, batch 16, outs 4, ms |" in md and "attn 32, outs 4, tok/s |" in md  # issue 49
     assert "| per step, batch 1, stage 1, ms |" in md  # inputs staged in shared memory (issue 49)
     assert "attn 32, tile_rows 64, tok/s |" in md  # prompt tiles (issue 49)
+    assert "| per step, batch 8, all switches, ms |" in md and "attn 32, all switches, tok/s |" in md  # sizes
     assert "Phase timeline" in md and "## Peers" in md and "| tiny | 1 |" in md
     assert "## Nsight Compute" in md and "ncu: not run (dry run)" in md
 
