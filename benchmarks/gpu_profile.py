@@ -26,7 +26,8 @@ benchmarks/gpu_model.py's prediction for the card its constants were fitted to (
             median length, how long the fastest block waited for the slowest, the barrier's release;
             under emulation also the work profile: busy warps, the busiest warp against the mean
 --ncu-target runs only what Nsight Compute profiles (a prompt, then 4 decode steps of the first
-shape, one launch each; device_check's ncu stage picks the 5th launch: one decode step).
+shape, one launch each; device_check's ncu stage picks the 5th launch: one decode step);
+--ncu-prefill N one prefill of N tokens with attn 32 and tile_rows 64 (the stage's prompt profile).
 
     LOCAL_KERNELS=phanerozoic/det-infer=$PWD/build python3 benchmarks/gpu_profile.py [--models ...]
     ... --executor emulated --models synthetic-llama --quick    (the dry run: emulated, tiny, CI)
@@ -237,6 +238,20 @@ def ncu_target(di, name, device, executor):
     print("ncu target: a prompt, then 4 decode steps (5 launches) done")
 
 
+NCU_PREFILL_GEOMETRY = {"attn": 32, "tile_rows": TILE}  # split attention, prompt tiles (issues 48, 49)
+
+
+def ncu_prefill_target(di, name, device, executor, prompt_len):
+    """What device_check's ncu stage profiles for a prompt (--launch-count 1, its first launch): one
+    prefill of prompt_len tokens with split attention and prompt tiles, so that Nsight Compute shows
+    whether the prompt rows' attention units wait on L2 bandwidth or on latency."""
+    b = Bench(di, name, device, executor, 1, max_context=prompt_len + 8, geometry=NCU_PREFILL_GEOMETRY)
+    mm = b.model()
+    mm.prefill([3 + (7 * i) % 200 for i in range(prompt_len)], mm.new_state(prompt_len + 8))
+    sync(device)
+    print(f"ncu target: one prefill of {prompt_len} tokens, geometry {NCU_PREFILL_GEOMETRY}, done")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(SHAPES),
@@ -246,6 +261,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="few points, short prompts (the dry run)")
     ap.add_argument("--card", default="h200", help="the card whose fitted constants predict")
     ap.add_argument("--ncu-target", action="store_true", help="only the launches the ncu stage profiles")
+    ap.add_argument("--ncu-prefill", type=int, metavar="N", help="only one prefill of N tokens with attn 32 and "
+                    "tile_rows 64 (the ncu stage's prompt profile)")
     args = ap.parse_args()
     from kernels import get_kernel
 
@@ -254,6 +271,8 @@ def main():
     names = args.models.split(",")
     if args.ncu_target:
         return ncu_target(di, names[0], device, args.executor)
+    if args.ncu_prefill:
+        return ncu_prefill_target(di, names[0], device, args.executor, args.ncu_prefill)
     where = torch.cuda.get_device_name() if device == "cuda" else "CPU, emulated executor (dry run)"
     print(f"{where}: profile; per-step = (n steps - 1 step) / (n - 1), medians of {args.reps}")
     profile(di, names, device, args.executor, args.reps, args.quick, args.card)

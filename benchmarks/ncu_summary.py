@@ -54,9 +54,9 @@ METRICS = {  # row key -> ncu column
     "shared_excess": "L1 Wavefronts Shared Excessive",
     "shared_wavefronts": "L1 Wavefronts Shared",
 }
-FIGURES = ("Duration", "DRAM Throughput", "Memory Throughput", "Compute (SM) Throughput",
-           "Warp Cycles Per Issued Instruction", "Achieved Occupancy", "Theoretical Occupancy",
-           "Registers Per Thread")
+FIGURES = ("Duration", "DRAM Throughput", "Memory Throughput", "L2 Cache Throughput", "L1/TEX Cache Throughput",
+           "L1/TEX Hit Rate", "L2 Hit Rate", "Compute (SM) Throughput", "Warp Cycles Per Issued Instruction",
+           "Achieved Occupancy", "Theoretical Occupancy", "Registers Per Thread")  # those the log has
 
 
 class InputError(ValueError):

@@ -34,7 +34,8 @@
 #   ncu            120   70  where ncu exists: the CUDA variant rebuilt with -lineinfo (its own
 #                            folder), one decode step of each shape under Nsight Compute with
 #                            source-level stall sampling, boiled down by benchmarks/ncu_summary.py
-#                            (the 25 lines with most samples, DRAM/issue/occupancy figures); absent
+#                            (the 25 lines with most samples, DRAM/issue/occupancy figures), then
+#                            SmolLM2's 512-token prefill with attn 32 and tile_rows 64; absent
 #                            or failing, it says so and passes. Last: it gets what the deadline leaves
 #   total          480  ~330 5-6 min expected, 8 min at most (the deadline trims the last stages).
 #                            With the machine's start (~30 s) a first run takes ~7 of the 15
@@ -199,6 +200,24 @@ stage_ncu() {
       $PY benchmarks/ncu_summary.py --source "$STATE/ncu_source.csv" --log "$STATE/ncu_details.log" --top 25 ||
         echo "ncu: $shape: the summary failed"; echo; } | tee -a "$STATE/ncu.txt"
   done
+  # A prompt: SmolLM2's 512-token prefill with split attention and prompt tiles (its first launch),
+  # where the prompt rows' attention units are most of the predicted time (gpu_model.py sizes).
+  rm -f "$STATE/prefill.ncu-rep"
+  LOCAL_KERNELS="phanerozoic/det-infer=$STATE/build-lineinfo" timeout -k 5 50 "$ncu" --clock-control none \
+    -k regex:det_mk --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SourceCounters \
+    --section MemoryWorkloadAnalysis --section Occupancy -o "$STATE/prefill" \
+    $PY benchmarks/gpu_profile.py --ncu-prefill 512 --models SmolLM2-135M >"$STATE/ncu_run.log" 2>&1
+  rc=$?
+  if [ $rc != 0 ] || [ ! -e "$STATE/prefill.ncu-rep" ]; then
+    tail -n 15 "$STATE/ncu_run.log"
+    echo "ncu: the prefill profile failed (exit $rc): not recorded" | tee -a "$STATE/ncu.txt"
+    return 0
+  fi
+  "$ncu" -i "$STATE/prefill.ncu-rep" --page details >"$STATE/ncu_details.log" 2>&1
+  "$ncu" -i "$STATE/prefill.ncu-rep" --page source --csv --print-source cuda,sass >"$STATE/ncu_source.csv" 2>/dev/null
+  { echo "### SmolLM2-135M: a 512-token prefill, attn 32, tile_rows 64 (the first launch)"; echo
+    $PY benchmarks/ncu_summary.py --source "$STATE/ncu_source.csv" --log "$STATE/ncu_details.log" --top 25 ||
+      echo "ncu: prefill: the summary failed"; echo; } | tee -a "$STATE/ncu.txt"
   return 0
 }
 

@@ -238,3 +238,15 @@ def test_peer_ratios_side_by_side():
                    ("prefill tok/s, 1000-token prompt", 0.05)}
     assert "0.91x" in dc.ratio_table(rows)
     assert dc.peer_ratios(bench, "", "") == [] and "no model" in dc.ratio_table([])
+
+
+def test_ncu_prefill_target_runs_one_prefill(di):
+    """The ncu stage's prompt profile (gpu_profile.py --ncu-prefill), which the dry run skips with
+    the rest of ncu: under emulation it makes its model with split attention and prompt tiles and
+    runs the prefill."""
+    env = dict(os.environ, LOCAL_KERNELS=f"phanerozoic/det-infer={ROOT / 'build'}")
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_profile.py"), "--executor", "emulated",
+                        "--models", "synthetic-llama", "--ncu-prefill", "40"], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "ncu target: one prefill of 40 tokens, geometry {'attn': 32, 'tile_rows': 64}, done" in r.stdout

@@ -145,6 +145,7 @@ def test_markdown(rows):
     lines = md.splitlines()
     assert "| figure | value |" in lines
     assert "| Duration | 2.62 ms |" in lines and "| DRAM Throughput | 2.18 % |" in lines
+    assert "| L2 Cache Throughput | 3.49 % |" in lines and "| L1/TEX Cache Throughput | 4.62 % |" in lines
     assert "| Warp Cycles Per Issued Instruction | 34.58 cycle |" in lines
     assert "| Global sectors excess | 34.2% (7,368,192 of 21,556,254) |" in lines
     assert any(ln.startswith("| Shared wavefronts excess | ") for ln in lines)
