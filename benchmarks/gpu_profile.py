@@ -112,17 +112,19 @@ def predictor(card):
     _, runs = gpu_model.load_runs(gpu_model.RUNS / c.runs)
     constants = gpu_model.fit(c, runs)
 
+    # The kernel measured is the landed one (gpu_model.LANDED: each row's output on its own lane).
     def step(shape, layers=None, batch=1, position=PROMPT_LEN + 31, attn=0, **geo):
         if shape not in SHAPES:
             return None
         overrides = {"num_hidden_layers": layers} if layers else None
-        got = gpu_model.predict(c, constants, shape, batch, position, geometry=dict(geo, attn=attn), overrides=overrides)
+        got = gpu_model.predict(c, constants, shape, batch, position, geometry=dict(gpu_model.LANDED, **geo, attn=attn),
+                                overrides=overrides)
         return got and 1e3 * got[0]
 
     def prefill(shape, prompt, attn=0, **geo):
         if shape not in SHAPES:
             return None
-        got = gpu_model.predict(c, constants, shape, 1, prompt=prompt, geometry=dict(geo, attn=attn))
+        got = gpu_model.predict(c, constants, shape, 1, prompt=prompt, geometry=dict(gpu_model.LANDED, **geo, attn=attn))
         return got and got[1]
 
     return step, prefill
@@ -140,9 +142,10 @@ SWITCHES = (
     (f"outs {OUTS}", {"outs": OUTS}, (1, 16), True, True),  # issue 49
     ("stage 1", {"stage": 1}, (1, 16), False, False),  # issue 49: the model has no term for input reads
     (f"tile_rows {TILE}", {"tile_rows": TILE}, (), True, True),  # issue 49: prompt tiles
-    # Every switch on at once: gpu_model.py sizes' last column (stage 1 has no term there).
-    ("all switches", {"ahead": AHEAD, "barrier": 1, "outs": OUTS, "stage": 1, "tile_rows": TILE}, (1, 4, 8, 16), True,
-     True),
+    # Every switch on at once, split attention too: the geometry of gpu_model.py sizes' last column
+    # (which has no term for stage 1; its steps are at position 50, its prompt 1,024 tokens).
+    ("all switches", {"attn": 32, "ahead": AHEAD, "barrier": 1, "outs": OUTS, "stage": 1, "tile_rows": TILE},
+     (1, 4, 8, 16), True, True),
 )
 
 
@@ -150,22 +153,29 @@ def fmt(x, digits=3):
     return "n/a" if x is None else f"{x:,.{digits}f}"
 
 
+def refused(f, digits):
+    """f()'s value formatted, or why the launcher refused the geometry (a tile whose rows do not fit a
+    block) instead of ending the stage."""
+    try:
+        return f"{f():,.{digits}f}"
+    except ValueError as e:
+        return f"refused ({str(e).splitlines()[0][:80]})"
+
+
 def switch_rows(b, name, long_prompt, steps, pred_step, pred_prefill):
-    """The SWITCHES' rows of one shape: per-step ms and the long prompt's prefill, each beside its
-    prediction; a geometry the launcher refuses (a tile whose rows do not fit a block) says so."""
+    """The SWITCHES' rows of one shape: per-step ms and the long prompt's prefill (attn 32 unless the
+    switch sets it), each beside its prediction."""
     for label, geo, batches, prefill, modelled in SWITCHES:
         for batch in batches:
             pred = fmt(pred_step(name, batch=batch, **(geo if modelled else {})))
-            ms = b.step_ms(batch=batch, steps=steps, **geo)
-            print(f"| per step, batch {batch}, {label}, ms | {ms:.3f} | {pred}{'' if modelled else ' (no term)'} |",
+            ms = refused(lambda: b.step_ms(batch=batch, steps=steps, **geo), 3)
+            print(f"| per step, batch {batch}, {label}, ms | {ms} | {pred}{'' if modelled else ' (no term)'} |",
                   flush=True)
         if prefill:
-            try:
-                measured = f"{b.prefill_tok_s(long_prompt, attn=32, **geo):,.0f}"
-            except ValueError as e:
-                measured = f"refused ({str(e).splitlines()[0][:80]})"
+            long_geo = dict(geo, attn=geo.get("attn", 32))
+            measured = refused(lambda: b.prefill_tok_s(long_prompt, **long_geo), 0)
             print(f"| prefill, {long_prompt}-token prompt, attn 32, {label}, tok/s | {measured} | "
-                  f"{fmt(pred_prefill(name, long_prompt, attn=32, **geo), 0)} |", flush=True)
+                  f"{fmt(pred_prefill(name, long_prompt, **long_geo), 0)} |", flush=True)
 
 
 def profile(di, names, device, executor, reps, quick, card):
@@ -271,7 +281,9 @@ def main():
     names = args.models.split(",")
     if args.ncu_target:
         return ncu_target(di, names[0], device, args.executor)
-    if args.ncu_prefill:
+    if args.ncu_prefill is not None:
+        if args.ncu_prefill < 1:
+            ap.error("--ncu-prefill must be a positive number of tokens")
         return ncu_prefill_target(di, names[0], device, args.executor, args.ncu_prefill)
     where = torch.cuda.get_device_name() if device == "cuda" else "CPU, emulated executor (dry run)"
     print(f"{where}: profile; per-step = (n steps - 1 step) / (n - 1), medians of {args.reps}")

@@ -31,13 +31,14 @@
 #                            as a CUDA graph, and its prefill; the report divides det-infer by it
 #   accuracy        50   20  benchmarks/contract_accuracy.py --device cuda, 10M inputs (2M took 5 s
 #                            here)
-#   ncu            120   70  where ncu exists: the CUDA variant rebuilt with -lineinfo (its own
+#   ncu            200   95  where ncu exists: the CUDA variant rebuilt with -lineinfo (its own
 #                            folder), one decode step of each shape under Nsight Compute with
 #                            source-level stall sampling, boiled down by benchmarks/ncu_summary.py
 #                            (the 25 lines with most samples, DRAM/issue/occupancy figures), then
-#                            SmolLM2's 512-token prefill with attn 32 and tile_rows 64; absent
-#                            or failing, it says so and passes. Last: it gets what the deadline leaves
-#   total          480  ~330 5-6 min expected, 8 min at most (the deadline trims the last stages).
+#                            SmolLM2's 512-token prefill with attn 32 and tile_rows 64 (each
+#                            profile at most 50 s, the rebuild ~40 s); absent or failing, it says
+#                            so and passes. Last: it gets what the deadline leaves
+#   total          480  ~375 6 min expected, 8 min at most (the deadline trims the last stages).
 #                            With the machine's start (~30 s) a first run takes ~7 of the 15
 #                            minutes, leaving room for a second.
 #
@@ -68,7 +69,7 @@ ROOT=$PWD
 SELF="$ROOT/scripts/device_check.sh"
 STAGE_ORDER=(preflight build smoke geometry digests bench profile peers accuracy ncu)
 declare -A BUDGET=([preflight]=30 [build]=180 [smoke]=60 [geometry]=20 [digests]=90 [bench]=50 [profile]=150
-                   [peers]=60 [accuracy]=50 [ncu]=120)
+                   [peers]=60 [accuracy]=50 [ncu]=200)
 RESERVE=10   # seconds kept back from the deadline for the last report
 
 # ---- the stages (each runs in its own process, under `timeout`) ---------------------------------
@@ -205,7 +206,7 @@ stage_ncu() {
   rm -f "$STATE/prefill.ncu-rep"
   LOCAL_KERNELS="phanerozoic/det-infer=$STATE/build-lineinfo" timeout -k 5 50 "$ncu" --clock-control none \
     -k regex:det_mk --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SourceCounters \
-    --section MemoryWorkloadAnalysis --section Occupancy -o "$STATE/prefill" \
+    --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats -o "$STATE/prefill" \
     $PY benchmarks/gpu_profile.py --ncu-prefill 512 --models SmolLM2-135M >"$STATE/ncu_run.log" 2>&1
   rc=$?
   if [ $rc != 0 ] || [ ! -e "$STATE/prefill.ncu-rep" ]; then

@@ -2,7 +2,7 @@
 """lm-evaluation-harness on det-infer: lm-eval's own command line, with the model "det-infer"
 registered (di.lm_eval.DetInferLM) and taken by default.
 
-    .venv/bin/python scripts/eval.py --model_args pretrained=PATH[,max_length=N,executor=emulated] \\
+    .venv/bin/python scripts/eval.py --model_args pretrained=PATH[,max_length=N,executor=emulated,geometry=tile_rows=32;outs=4] \\
         --tasks hellaswag --batch_size 16 [any other lm-eval run argument]
     .venv/bin/python scripts/eval.py --model_args pretrained=build/models/smollm2-135m-instruct-bf16 \\
         --tasks det_capitals --include_path tests/lm_eval_tasks      # a local task, no Hub needed

@@ -591,13 +591,13 @@ def _run_harness(compiled, lines):
 
 
 def _plans(compiled, requests):
-    """requests: [(arch, regs, static_smem, hidden, head_dim, (grid, warps, ring, tile_rows[, area_rows]))]
-    -> [Plan]."""
+    """requests: [(arch, regs, static_smem, hidden, head_dim, (grid, warps, ring, tile_rows[, area_rows[,
+    outs]]))] -> [Plan]."""
     figures = _kernel_figures(compiled)
     lines = []
     for a, regs, static_smem, hidden, head_dim, g in requests:
         lines += [_device_line(a, regs, static_smem, figures[a]["max_threads"]),
-                  f"P {hidden} {head_dim} {' '.join(map(str, (tuple(g) + (0,))[:5]))}"]
+                  f"P {hidden} {head_dim} {' '.join(map(str, (tuple(g) + (0, 0))[:6]))}"]
     out = []
     for line in _run_harness(compiled, lines):
         nums, why = line.split(" | ", 1) if " | " in line else (line.rstrip(" |"), "")
@@ -643,7 +643,7 @@ def test_occupancy_model_matches_nvidia_calculator(compiled):
 
 def test_default_grid_is_co_resident(compiled):
     """For every shipped model shape on every architecture, the planner's default geometry (and
-    every tile size with either ring depth) either has every block of its grid resident at once,
+    every tile size with either ring depth, and each of those with outs 4) either has every block of its grid resident at once,
     the grid being exactly the resident blocks, or is refused because its shared memory exceeds
     the opt-in limit; at the compiled kernel's registers and at the worst case of 255, with either
     reading of its static shared memory."""
@@ -654,7 +654,9 @@ def test_default_grid_is_co_resident(compiled):
         for regs in (figures[a]["regs"], 255):
             for static_smem in figures[a]["statics"]:
                 for name, (hidden, head_dim) in shapes.items():
-                    for g in [(0, 0, 0, 0)] + [(0, 0, ring, t) for ring in (2, 4) for t in TILES]:
+                    # ... and with geometry outs 4, whose rings are 4 times as large
+                    for g in [(0, 0, 0, 0), (0, 0, 0, 0, 0, 4)] + [(0, 0, ring, t, 0, outs) for ring in (2, 4)
+                                                                   for t in TILES for outs in (0, 4)]:
                         requests.append((a, regs, static_smem, hidden, head_dim, g))
                         names.append(name)
     plans = _plans(compiled, requests)
@@ -710,6 +712,8 @@ def test_planner_caps_and_refuses(compiled):
         "sm_90 SmolLM2 128": ("90", 576, 64, (0, 0, 0, 128)),
         "sm_90 wide": ("90", 16384, 128, (0, 0, 0, 0)),
         "sm_90 1 warp": ("90", 576, 64, (0, 1, 2, 1)),
+        "outs 4": ("75", 576, 64, (0, 0, 0, 0, 0, 4)),
+        "sm_90 Llama-1B 64 outs 4": ("90", 2048, 64, (0, 0, 0, 64, 0, 4)),
     }
     p = dict(zip(cases, _plans(compiled, [(a, (f75 if a == "75" else f90)["regs"], s75 if a == "75" else s90, h, d, g)
                                           for a, h, d, g in cases.values()])))
@@ -728,6 +732,12 @@ def test_planner_caps_and_refuses(compiled):
     assert (p["sm_90 Llama-1B 64"].rc, p["sm_90 Llama-1B 64"].area_rows) == (0, 16), p["sm_90 Llama-1B 64"]
     assert (p["sm_90 SmolLM2 128"].rc, p["sm_90 SmolLM2 128"].area_rows) == (0, 64), p["sm_90 SmolLM2 128"]
     assert p["sm_90 wide"].rc == 0 and p["sm_90 wide"].ring == 4 and p["sm_90 wide"].tile_rows == 2
+    # Geometry outs 4: 4-stage rings of 4 rows (64 KiB for 8 warps) leave sm_75 nothing, so the
+    # planner takes 2 stages; on sm_90 they leave room for 16 rows of hidden 2048, as outs 0 does.
+    assert (p["outs 4"].rc, p["outs 4"].ring) == (0, 2) and p["outs 4"].tile_rows >= 1, p["outs 4"]
+    assert p["outs 4"].smem <= ARCH_LIMITS["75"].smem_optin
+    big = p["sm_90 Llama-1B 64 outs 4"]
+    assert (big.rc, big.ring, big.tile_rows, big.area_rows) == (0, 4, 64, 16), big
     # Small blocks: several per SM (registers limit them), the grid all of them.
     small = p["sm_90 1 warp"]
     assert small.rc == 0 and small.ours == small.nvidia >= 2 and small.grid == small.ours * ARCH_LIMITS["90"].sms

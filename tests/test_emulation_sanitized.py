@@ -6,6 +6,7 @@ switches) in four geometries and a Gemma-4 layout (per-layer head sizes up to 26
 per-layer inputs) in two runs clean and equals the engine bit for bit. An out-of-bounds access anywhere on the way
 aborts the run. The emulation's stricter modes (deferred cp.async, poisoned exactly sized shared memory, a thread
 per block under ThreadSanitizer and on aarch64) are tests/test_emulation_modes.py."""
+import os
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +27,7 @@ SLOWEST = ["megakernel/host/det_megakernel_emu.cpp", "det_infer_cpu/x86/det_attn
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
-    """The harness, its sources compiled two at a time (the CI machine has two cores), then linked."""
+    """The harness, its sources compiled a core each at a time (the CI machine has two), then linked."""
     if shutil.which("c++") is None:
         pytest.skip("no C++ compiler")
     out = tmp_path_factory.mktemp("sanitized")
@@ -39,7 +40,7 @@ def harness(tmp_path_factory):
         return str(obj)
 
     order = [s for s in SLOWEST if s in SOURCES] + [s for s in SOURCES if s not in SLOWEST]
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
         objects = list(pool.map(compile_one, order))
     exe = out / "harness"
     subprocess.run(["c++", *FLAGS, *objects, "-o", str(exe)], check=True)

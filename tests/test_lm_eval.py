@@ -100,6 +100,8 @@ def test_scripts_eval_refuses_unknown_model_arguments(tiny):
 def test_bad_arguments_are_clear_errors(di, tiny):
     with pytest.raises(TypeError, match="unknown argument"):
         di.lm_eval.DetInferLM(pretrained=str(tiny), dtype="bfloat16")
+    with pytest.raises(TypeError, match="separated by ';' in model_args"):  # geometry=tile_rows=64,attn=32 split
+        di.lm_eval.DetInferLM.create_from_arg_string(f"pretrained={tiny},executor=emulated,geometry=tile_rows=32,attn=2")
     with pytest.raises(ValueError, match="batch_size must be 1..16"):
         di.lm_eval.DetInferLM(pretrained=str(tiny), batch_size=32)
     with pytest.raises(ValueError, match="needs pretrained"):

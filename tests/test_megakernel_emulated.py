@@ -138,15 +138,18 @@ def test_bad_geometry_and_executor(di, tmp_root):
     with pytest.raises(ValueError, match=r"tile_rows 1, 2, 4, 8, 16, 32, 64 or 128"):
         di.MegaModel.from_pretrained(directory, executor="emulated", geometry={"tile_rows": 48})
     # The text form (command lines, lm-eval's model_args): the same fields, the same checks.
-    mm = di.MegaModel.from_pretrained(directory, executor="emulated", geometry="tile_rows=32; outs:4,attn=2")
+    mm = di.MegaModel.from_pretrained(directory, executor="emulated", geometry="tile_rows = 32; outs:4,attn=2;")
     assert (mm.geometry["tile_rows"], mm.geometry["outs"], mm.geometry["attn"], mm.geometry["grid"]) == (32, 4, 2, 2)
     for text, says in (("tile_rows=48", "tile_rows 1, 2, 4"), ("tile_rows", "is not name=value"),
                        ("tile_rows=-1", "is not name=value"), ("outs=4;outs=2", "sets outs twice"),
-                       ("blocks=3", "unknown geometry field")):
+                       ("blocks=3", "unknown geometry field"), ("tile_rows=64 attn=32", "is not name=value"),
+                       ("grid=2147483648", r"int value in 0\.\.2147483647")):
         with pytest.raises(ValueError, match=says):
             di.MegaModel.from_pretrained(directory, executor="emulated", geometry=text)
-    with pytest.raises(ValueError, match="a dict of fields or their text form"):
-        di.MegaModel.from_pretrained(directory, executor="emulated", geometry=[("outs", 4)])
+    for bad in ([("outs", 4)], {"grid": 2**31}):
+        with pytest.raises(ValueError, match="a dict of fields or their text form|int in 0..2147483647"):
+            di.MegaModel.from_pretrained(directory, executor="emulated", geometry=bad)
+    assert di.MegaModel.from_pretrained(directory, geometry=" ; ").geometry is None  # the engine: no fields given
     with pytest.raises(ValueError, match="does not run on cpu"):
         di.MegaModel.from_pretrained(directory, executor="megakernel")
     with pytest.raises(ValueError, match="applies to the megakernel"):

@@ -111,7 +111,7 @@ def test_work_profile_counts_a_prompt_tile_exactly(llama_dir, prof, di):
     (plus every block's RMSNorm of each row; the head takes the one wanted row), and per row
     2 x head_dim per visible slot per query head."""
     mm = di.MegaModel.from_pretrained(llama_dir, max_context=64, executor="emulated",
-                                      geometry=dict(WIDE, tile_rows=64, outs=2))
+                                      geometry=dict(WIDE, tile_rows=64, outs=4))
     cfg = mm.config
     prompt = [(7 * i + 3) % cfg.vocab_size for i in range(20)]
     tl = prof.work_profile(mm, [prompt], 1)

@@ -141,9 +141,10 @@ int main(int argc, char** argv) {
   // runs, and Gemma-4 in one; no argument: every model in every geometry (the opt-in slow test).
   const bool quick = argc > 1 && std::string(argv[1]) == "quick";
   // The third: a prompt tile of 128 rows (the forward case's 170 rows of two sequences in 128 + 42),
-  // the normalizing phases 32 rows at a time (area_rows), each GEMV 16 at a time.
+  // the normalizing phases 32 rows at a time (area_rows), each GEMV 16 at a time against 4 weight
+  // rows (outs 4: 64 accumulators a lane).
   const det_mk_geometry geometries[] = {{1, 1, 2, 1, 0}, {2, 2, 4, 4, 3, 1, 8, 1, 4, 1},
-                                        {3, 1, 2, 128, 7, 0, 4, 1, 2, 0, 32},
+                                        {3, 1, 2, 128, 7, 0, 4, 1, 4, 0, 32},
                                         {5, 2, 4, 2, 9, 32, 1, 0, 4, 1}};  // the last: ahead (KB), barrier, outs,
                                                                           // stage, area_rows
   for (int variant = 0; variant < 5; ++variant) {

@@ -8,7 +8,7 @@
 //   D cc_major cc_minor sm_count max_threads_per_sm max_blocks_per_sm regs_per_sm regs_per_block
 //     smem_per_sm smem_per_block smem_per_block_optin smem_reserved kernel_regs kernel_max_threads
 //     kernel_static_smem                         the device (and compiled kernel) of the lines below
-//   P hidden head_dim grid warps ring tile_rows area_rows
+//   P hidden head_dim grid warps ring tile_rows area_rows outs
 //                                                plan a geometry (0: the planner's choice)
 //   O threads dyn_smem                           blocks per SM of one launch shape
 // Output, one line per P:  rc grid warps ring tile_rows area_rows smem ours nvidia | why
@@ -76,7 +76,8 @@ int main() {
     } else if (!strcmp(kind, "P")) {
       long hidden, head_dim;
       det_mk_geometry g{};
-      if (scanf("%ld %ld %d %d %d %d %d", &hidden, &head_dim, &g.grid, &g.warps, &g.ring, &g.tile_rows, &g.area_rows) != 7)
+      if (scanf("%ld %ld %d %d %d %d %d %d", &hidden, &head_dim, &g.grid, &g.warps, &g.ring, &g.tile_rows, &g.area_rows,
+                &g.outs) != 8)
         return 2;
       det_llama_model m{};
       m.hidden = hidden;

@@ -15,42 +15,46 @@ DEFAULT_GEOMETRY = {"emulated": {"grid": 2, "warps": 2, "ring": 2, "tile_rows": 
 AHEAD_MAX_KB = 256  # DET_MK_AHEAD_MAX_KB
 
 
+VALUE_MAX = 2**31 - 1  # the launcher's fields are C ints
+
+
 def geometry_from_text(text):
-    """{field: int} from the text form "tile_rows=64;attn=32" (fields separated by ";", "," or
-    spaces; "name:value" also accepted), for command lines and lm-eval's model_args, whose own
-    parser splits on commas."""
+    """{field: int} from the text form "tile_rows=64;attn=32": fields separated by ";" or ",",
+    each name=value (or name:value), spaces around them ignored. For command lines, and for
+    lm-eval's model_args, whose own parser splits on commas: use ";" there."""
     fields = {}
-    for item in text.replace(",", ";").replace(" ", ";").split(";"):
-        if not item:
+    for item in text.replace(",", ";").split(";"):
+        if not item.strip():
             continue
-        name, sep, value = item.replace(":", "=", 1).partition("=")
-        if not sep or not (value.strip().isascii() and value.strip().isdigit()):
-            raise ValueError(f"det-infer: geometry {text!r}: {item!r} is not name=value with a non-negative int "
-                             f"value; write it as \"tile_rows=64;attn=32\" (fields: {', '.join(GEOMETRY_FIELDS)})")
-        if name.strip() in fields:
-            raise ValueError(f"det-infer: geometry {text!r} sets {name.strip()} twice")
-        fields[name.strip()] = int(value)
+        name, sep, value = (part.strip() for part in item.replace(":", "=", 1).partition("="))
+        if not sep or not name or not (value.isascii() and value.isdigit()) or int(value) > VALUE_MAX:
+            raise ValueError(f"det-infer: geometry {text!r}: {item.strip()!r} is not name=value with an int value "
+                             f"in 0..{VALUE_MAX}; write it as \"tile_rows=64;attn=32\" "
+                             f"(fields: {', '.join(GEOMETRY_FIELDS)})")
+        if name in fields:
+            raise ValueError(f"det-infer: geometry {text!r} sets {name} twice")
+        fields[name] = int(value)
     return fields
 
 
 def resolve_geometry(executor, geometry):
     """The whole geometry for executor ('engine': None) from the fields given: a dict, or the text
     form (geometry_from_text); every field checked against what the launcher accepts."""
-    if executor == "engine":
-        if geometry:
-            raise ValueError("det-infer: geometry= applies to the megakernel executors ('megakernel', 'emulated')")
-        return None
     if isinstance(geometry, str):
         geometry = geometry_from_text(geometry)
     if geometry is not None and not isinstance(geometry, dict):
         raise ValueError(f"det-infer: geometry must be a dict of fields or their text form (\"tile_rows=64;attn=32\"), "
                          f"got {type(geometry).__name__}")
+    if executor == "engine":
+        if geometry:
+            raise ValueError("det-infer: geometry= applies to the megakernel executors ('megakernel', 'emulated')")
+        return None
     g = dict(DEFAULT_GEOMETRY[executor])
     for key, value in (geometry or {}).items():
         if key not in GEOMETRY_FIELDS:
             raise ValueError(f"det-infer: unknown geometry field {key!r}; fields: {', '.join(GEOMETRY_FIELDS)}")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"det-infer: geometry {key} must be a non-negative int, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= VALUE_MAX:
+            raise ValueError(f"det-infer: geometry {key} must be an int in 0..{VALUE_MAX}, got {value!r}")
         g[key] = value
     if not 0 <= g["attn"] <= 32:
         raise ValueError(f"det-infer: geometry attn must be 0 (a warp per query head walks the context) or 1..32 "

@@ -16,6 +16,7 @@ import collections
 import logging
 
 from . import text
+from .geometry import GEOMETRY_FIELDS
 from .model import BATCH_MAX, MAX_POSITIONS, MegaModel
 
 MODEL_NAME = "det-infer"
@@ -93,8 +94,10 @@ class _DetInferMethods:
                  geometry=None, max_length=None, max_gen_toks=256, seed=0, add_bos_token=None,
                  trust_remote_code=None, **unknown):
         if unknown:
+            hint = ("; geometry fields go inside geometry=, separated by ';' in model_args (lm-eval splits on "
+                    "commas): geometry=tile_rows=64;attn=32") if set(unknown) & set(GEOMETRY_FIELDS) else ""
             raise TypeError(f"det-infer: DetInferLM got unknown argument(s) {', '.join(sorted(unknown))}; "
-                            f"supported: {', '.join(MODEL_ARGS)}")
+                            f"supported: {', '.join(MODEL_ARGS)}{hint}")
         super().__init__()
         if not pretrained:
             raise ValueError("det-infer: DetInferLM needs pretrained=PATH (a model directory or a .gguf file)")
