@@ -441,7 +441,7 @@ def cmd_whatif(args):
     _, runs = load_runs(RUNS / c.runs)
     constants = fit(c, runs)
     cases = [("SmolLM2-135M", 1, p, 0) for p in (50, 1000, 4000, 16000)] + \
-            [("Llama-3.2-1B", 1, p, 0) for p in (50, 1000, 4000)] + \
+            [("Llama-3.2-1B", 1, p, 0) for p in (50, 1000, 4000, 16000)] + \
             [("SmolLM2-135M", 16, 50, 0), ("Llama-3.2-1B", 16, 50, 0), ("SmolLM2-135M", 1, 0, 1000),
              ("Llama-3.2-1B", 1, 0, 1000)]
     print(f"Predicted, not measured ({c.name}; constants fitted to {c.runs}). tok/s of a decode step "
