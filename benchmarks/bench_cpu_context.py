@@ -34,8 +34,7 @@ def main():
     di = get_kernel("phanerozoic/det-infer", version=1)
     mm = di.MegaModel.from_pretrained(str(real_models.smollm2_checkpoint()), max_context=max(positions) + args.reps + 8)
     vocab = mm.config.vocab_size
-    c = gpu_model.card("h200")
-    constants = gpu_model.fit(c, gpu_model.load_runs(gpu_model.RUNS / c.runs)[1])
+    c, constants = gpu_model.fitted("h200")
     warm = mm.new_state(64)  # the memory-mapped weights paged in, the threads started
     mm.prefill([3 + i for i in range(32)], warm)
     for i in range(8):

@@ -308,6 +308,12 @@ def fit(c, runs):
     return {k: float(v) for k, v in zip(TERMS, coef / scale)}
 
 
+def fitted(name):
+    """(card, constants): the card and the constants fitted to its measured runs."""
+    c = card(name)
+    return c, fit(c, load_runs(RUNS / c.runs)[1])
+
+
 def seconds(terms, constants):
     return sum(terms[k] * constants[k] for k in TERMS)
 
@@ -372,9 +378,7 @@ def predict(c, constants, shape, batch=1, position=50, prompt=0, geometry=None, 
 
 
 def cmd_predict(args):
-    c = card(args.card)
-    _, runs = load_runs(RUNS / c.runs)
-    constants = fit(c, runs)
+    c, constants = fitted(args.card)
     geometry = {"attn": args.attn, "ahead": args.ahead, "barrier": args.barrier, "outs": args.outs,
                 "area_rows": args.area_rows}
     if args.tile_rows:
@@ -437,9 +441,7 @@ def whatif_seconds(c, constants, shape, batch, position, prompt, change):
 
 
 def cmd_whatif(args):
-    c = card(args.card)
-    _, runs = load_runs(RUNS / c.runs)
-    constants = fit(c, runs)
+    c, constants = fitted(args.card)
     cases = [("SmolLM2-135M", 1, p, 0) for p in (50, 1000, 4000, 16000)] + \
             [("Llama-3.2-1B", 1, p, 0) for p in (50, 1000, 4000, 16000)] + \
             [("SmolLM2-135M", 16, 50, 0), ("Llama-3.2-1B", 16, 50, 0), ("SmolLM2-135M", 1, 0, 1000),
@@ -469,9 +471,7 @@ SIZES = [(shape, 1, 0, n) for shape in ("SmolLM2-135M", "Llama-3.2-1B") for n in
 def cmd_sizes(args):
     """Issue 49's prompt lengths and batch sizes: the design measured 2026-12-04, the default geometry
     as landed, and every landed switch on."""
-    c = card(args.card)
-    _, runs = load_runs(RUNS / c.runs)
-    constants = fit(c, runs)
+    c, constants = fitted(args.card)
     print(f"Predicted, not measured ({c.name}; constants fitted to {c.runs}). tok/s of a prefill (prompt "
           "tokens/s) or a decode step at position 50 (batch x steps/s):")
     print("| case | measured design | default geometry (landed) | every landed switch on | switches / measured |")

@@ -108,9 +108,7 @@ def predictor(card):
     """(shape, **what) -> predicted ms or tok/s from gpu_model, or None where it cannot say."""
     import gpu_model
 
-    c = gpu_model.card(card)
-    _, runs = gpu_model.load_runs(gpu_model.RUNS / c.runs)
-    constants = gpu_model.fit(c, runs)
+    c, constants = gpu_model.fitted(card)
 
     # The kernel measured is the landed one (gpu_model.LANDED: each row's output on its own lane).
     def step(shape, layers=None, batch=1, position=PROMPT_LEN + 31, attn=0, **geo):

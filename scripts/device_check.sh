@@ -167,15 +167,42 @@ stage_peers() {
   return "${PIPESTATUS[0]}"
 }
 
+# One Nsight Compute profile into ncu.txt: ncu_profile NAME TITLE SKIP SECTIONS ARGS...: the launch
+# after SKIP det_mk launches of `gpu_profile.py ARGS` (the -lineinfo build), with the common sections
+# and SECTIONS (space-separated, may be empty), boiled down by ncu_summary.py under ### NAME: TITLE.
+ncu_profile() {
+  local name=$1 title=$2 skip=$3 extra=$4 rc section
+  shift 4
+  local sections=()
+  for section in SpeedOfLight WarpStateStats SourceCounters $extra Occupancy LaunchStats; do
+    sections+=(--section "$section")
+  done
+  rm -f "$STATE/$name.ncu-rep"
+  LOCAL_KERNELS="phanerozoic/det-infer=$STATE/build-lineinfo" timeout -k 5 50 "$NCU" --clock-control none \
+    -k regex:det_mk --launch-skip "$skip" --launch-count 1 "${sections[@]}" -o "$STATE/$name" \
+    $PY benchmarks/gpu_profile.py "$@" >"$STATE/ncu_run.log" 2>&1
+  rc=$?
+  if [ $rc != 0 ] || [ ! -e "$STATE/$name.ncu-rep" ]; then
+    tail -n 15 "$STATE/ncu_run.log"
+    echo "ncu: $name: the profile failed (exit $rc): not recorded" | tee -a "$STATE/ncu.txt"
+    return 0
+  fi
+  "$NCU" -i "$STATE/$name.ncu-rep" --page details >"$STATE/ncu_details.log" 2>&1
+  "$NCU" -i "$STATE/$name.ncu-rep" --page source --csv --print-source cuda,sass >"$STATE/ncu_source.csv" 2>/dev/null
+  { echo "### $name: $title"; echo
+    $PY benchmarks/ncu_summary.py --source "$STATE/ncu_source.csv" --log "$STATE/ncu_details.log" --top 25 ||
+      echo "ncu: $name: the summary failed"; echo; } | tee -a "$STATE/ncu.txt"
+}
+
 stage_ncu() {
-  local ncu shape rc
-  ncu=$(command -v ncu || ls "$CUDA_HOME"/bin/ncu 2>/dev/null || true)
-  if [ "$DRY" = 1 ] || [ -z "$ncu" ]; then
+  local shape
+  NCU=$(command -v ncu || ls "$CUDA_HOME"/bin/ncu 2>/dev/null || true)
+  if [ "$DRY" = 1 ] || [ -z "$NCU" ]; then
     echo "ncu: not run ($([ "$DRY" = 1 ] && echo 'dry run' || echo 'no ncu on PATH or in CUDA_HOME/bin'))" |
       tee "$STATE/ncu.txt"
     return 0
   fi
-  echo "ncu: $("$ncu" --version | tail -n 1); the CUDA variant with -lineinfo, for this stage only"
+  echo "ncu: $("$NCU" --version | tail -n 1); the CUDA variant with -lineinfo, for this stage only"
   if ! DET_CUDA_EXTRA_FLAGS=-lineinfo $PY scripts/build_local.py --backend cuda --out "$STATE/build-lineinfo" \
     >"$STATE/ncu_build.log" 2>&1; then
     tail -n 20 "$STATE/ncu_build.log"
@@ -184,41 +211,12 @@ stage_ncu() {
   fi
   : >"$STATE/ncu.txt"
   for shape in SmolLM2-135M Llama-3.2-1B; do
-    rm -f "$STATE/$shape.ncu-rep"
-    LOCAL_KERNELS="phanerozoic/det-infer=$STATE/build-lineinfo" timeout -k 5 50 "$ncu" --clock-control none \
-      -k regex:det_mk --launch-skip 4 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
-      --section SourceCounters --section Occupancy --section LaunchStats -o "$STATE/$shape" \
-      $PY benchmarks/gpu_profile.py --ncu-target --models "$shape" >"$STATE/ncu_run.log" 2>&1
-    rc=$?
-    if [ $rc != 0 ] || [ ! -e "$STATE/$shape.ncu-rep" ]; then
-      tail -n 15 "$STATE/ncu_run.log"
-      echo "ncu: $shape: the profile failed (exit $rc): not recorded" | tee -a "$STATE/ncu.txt"
-      continue
-    fi
-    "$ncu" -i "$STATE/$shape.ncu-rep" --page details >"$STATE/ncu_details.log" 2>&1
-    "$ncu" -i "$STATE/$shape.ncu-rep" --page source --csv --print-source cuda,sass >"$STATE/ncu_source.csv" 2>/dev/null
-    { echo "### $shape: one decode step (the 5th launch)"; echo
-      $PY benchmarks/ncu_summary.py --source "$STATE/ncu_source.csv" --log "$STATE/ncu_details.log" --top 25 ||
-        echo "ncu: $shape: the summary failed"; echo; } | tee -a "$STATE/ncu.txt"
+    ncu_profile "$shape" "one decode step (the 5th launch)" 4 "" --ncu-target --models "$shape"
   done
   # A prompt: SmolLM2's 512-token prefill with split attention and prompt tiles (its first launch),
   # where the prompt rows' attention units are most of the predicted time (gpu_model.py sizes).
-  rm -f "$STATE/prefill.ncu-rep"
-  LOCAL_KERNELS="phanerozoic/det-infer=$STATE/build-lineinfo" timeout -k 5 50 "$ncu" --clock-control none \
-    -k regex:det_mk --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SourceCounters \
-    --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats -o "$STATE/prefill" \
-    $PY benchmarks/gpu_profile.py --ncu-prefill 512 --models SmolLM2-135M >"$STATE/ncu_run.log" 2>&1
-  rc=$?
-  if [ $rc != 0 ] || [ ! -e "$STATE/prefill.ncu-rep" ]; then
-    tail -n 15 "$STATE/ncu_run.log"
-    echo "ncu: the prefill profile failed (exit $rc): not recorded" | tee -a "$STATE/ncu.txt"
-    return 0
-  fi
-  "$ncu" -i "$STATE/prefill.ncu-rep" --page details >"$STATE/ncu_details.log" 2>&1
-  "$ncu" -i "$STATE/prefill.ncu-rep" --page source --csv --print-source cuda,sass >"$STATE/ncu_source.csv" 2>/dev/null
-  { echo "### SmolLM2-135M: a 512-token prefill, attn 32, tile_rows 64 (the first launch)"; echo
-    $PY benchmarks/ncu_summary.py --source "$STATE/ncu_source.csv" --log "$STATE/ncu_details.log" --top 25 ||
-      echo "ncu: prefill: the summary failed"; echo; } | tee -a "$STATE/ncu.txt"
+  ncu_profile prefill "SmolLM2-135M's 512-token prefill, attn 32, tile_rows 64 (the first launch)" 0 \
+    MemoryWorkloadAnalysis --ncu-prefill 512 --models SmolLM2-135M
   return 0
 }
 

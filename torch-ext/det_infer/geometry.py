@@ -13,8 +13,6 @@ DEFAULT_GEOMETRY = {"emulated": {"grid": 2, "warps": 2, "ring": 2, "tile_rows": 
 # 0: auto (attn, ahead, barrier, outs, stage: the first design; area_rows: the whole tile, or on a GPU
 # the most of its rows that fit a block's shared memory)
 AHEAD_MAX_KB = 256  # DET_MK_AHEAD_MAX_KB
-
-
 VALUE_MAX = 2**31 - 1  # the launcher's fields are C ints
 
 
