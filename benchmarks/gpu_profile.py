@@ -23,8 +23,11 @@ benchmarks/gpu_model.py's prediction for the card its constants were fitted to (
   batch     per-step ms of the whole model at batch 16
   prefill   tokens/s of a 16- and a 1,000-token prompt (one launch, prompt and first pick)
   timeline  one launch with the phase timeline on (det_infer.profiling): per kind of phase, its
-            median length, how long the fastest block waited for the slowest, the barrier's release;
-            under emulation also the work profile: busy warps, the busiest warp against the mean
+            median length; from a block's own start, when its inputs were staged and its fastest
+            and slowest warps were done (medians over blocks: the phase's anatomy, issue 50's
+            unexplained fixed cost); how long the fastest block waited for the slowest; the
+            barrier's release; under emulation also the work profile: busy warps, the busiest warp
+            against the mean
 --ncu-target runs only what Nsight Compute profiles (a prompt, then 4 decode steps of the first
 shape, one launch each; device_check's ncu stage picks the 5th launch: one decode step);
 --ncu-prefill N one prefill of N tokens with attn 32 and tile_rows 64 (the stage's prompt profile).

@@ -113,6 +113,8 @@ DET_DEV void det_mk_run(const det_mk_params& P) {
   if (det_thread() == 0) {
     for (int s = 0; s < DET_MK_SEQ_MAX; ++s) tile->live[s] = s < p.n_seq;
     tile->syncs = 0;
+    tile->timeline = p.timeline;
+    tile->timeline_cap = p.timeline_cap;
     tile->head = det_dense_matrix(P.model.lm_head);
   }
   int64_t want_seen = 0;

@@ -54,6 +54,11 @@ struct det_mk_geometry {
                    // GPU the planner sets 0 to the most rows whose shared memory fits, the whole tile if it can
 };
 
+// The profiling timeline's stamps per (synchronization, block) (det_mk_program::timeline): the
+// block's arrival, its departure, its inputs ready, then one per warp (its own arrival).
+enum det_mk_stamp { DET_MK_STAMP_ARRIVE = 0, DET_MK_STAMP_LEAVE = 1, DET_MK_STAMP_READY = 2, DET_MK_STAMP_WARP = 3 };
+DET_MK_HD int det_mk_stamp_slots(int warps) { return DET_MK_STAMP_WARP + warps; }
+
 // Rows of the tile the phase area holds (geometry area_rows; the whole tile when 0 or larger).
 DET_MK_HD int det_mk_area_rows(const det_mk_geometry* g) {
   return g->area_rows > 0 && g->area_rows < g->tile_rows ? g->area_rows : g->tile_rows;
@@ -101,9 +106,12 @@ struct det_mk_program {
   int32_t* out_tokens;
   int64_t* out_lengths;
   float* step_logits;
-  // Profiling (null: off): thread 0 of every block stamps det_globaltimer() when its block has
-  // reached grid synchronization j (arrival) and when it leaves it, for the first timeline_cap
-  // synchronizations: timeline[(j * grid + block) * 2 + {0, 1}]; block 0 writes timeline_tag[j]:
+  // Profiling (null: off): for the first timeline_cap grid synchronizations j, each block fills
+  // det_mk_stamp_slots(warps) det_globaltimer() stamps at timeline[(j * grid + block) *
+  // det_mk_stamp_slots(warps) + slot] (det_mk_stamp): when the block has reached j (its slowest
+  // warp: arrival) and when it leaves it; when its phase area first held the phase's inputs (left
+  // as it was when the phase stages none: the caller zeroes the buffer); and when each of its
+  // warps reached j. Block 0 writes timeline_tag[j]:
   // 2 * plan step + 1 for a step's inner barriers (a residual step's output norm; split attention's
   // chunks and passes), 2 * plan step for its last, or -1 for the end of a decode step.
   uint64_t* timeline;
@@ -160,6 +168,8 @@ struct det_mk_tile {
   int32_t step_seq[DET_MK_SEQ_MAX];
   int32_t step_token[DET_MK_SEQ_MAX];
   int64_t syncs;  // grid synchronizations passed (thread 0's count: the profiling timeline, the monotonic barrier)
+  uint64_t* timeline;     // det_mk_program's profiling timeline and its capacity, copied here once: a
+  int64_t timeline_cap;   // phase reads them with shared loads, not through its context (local memory)
   det_matrix head;  // the lm_head as a dense matrix, set once: the GEMV's rows point at a det_matrix,
                     // and one in a phase's frame would live in local memory
 };

@@ -53,6 +53,7 @@ DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int first, int nb, const int3
     for (int64_t k = det_thread(); k < H; k += det_threads()) v[k] = det_rmsnorm_scale_f32(v[k], r, det_ld(w + k));
   }
   det_sync_block();
+  det_mk_stamp_ready();
 }
 
 // The phases whose inputs are copied or normalized into the block's phase area (QKV, MLP, HEAD,
@@ -80,6 +81,7 @@ DET_DEV const float* det_mk_stage_rows(const det_mk_ctx& c, const float* in, int
     area[e] = v.x, area[e + 1] = v.y, area[e + 2] = v.z, area[e + 3] = v.w;
   }
   det_sync_block();
+  det_mk_stamp_ready();
   return area;
 }
 
@@ -289,6 +291,7 @@ DET_DEV_NOINLINE void det_mk_phase_ple_project(const det_mk_ctx& c, const det_st
   for (int first = 0; first < c.tile->n; first += det_mk_area_rows(&c.P->geo)) {
     const int nb = det_mk_area_pass(c, c.tile->n, first);
     det_mk_load_rows(c, first, nb, nullptr, s.reads_embedding);
+    det_mk_stamp_ready();
     det_mk_with_nb(nb, [&]<int NB>() {
       auto emit = [&](int64_t it, int j, float y) {  // on the lane of area row j, tile row first + j
         ple[(first + j) * LP + row.output(it)] = det_mul_f32(y, scale);

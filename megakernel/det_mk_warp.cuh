@@ -26,27 +26,49 @@ DET_DEV det_vec_u32x4* det_mk_rings() { return (det_vec_u32x4*)(det_smem() + det
 DET_DEV det_vec_u32x4* det_mk_ring_of(const det_mk_geometry& g) { return det_mk_rings() + det_warp() * det_mk_ring_slots(g); }
 DET_DEV float* det_mk_area_of(const det_mk_geometry& g) { return (float*)(det_mk_rings() + det_warps() * det_mk_ring_slots(g)); }
 
+// The profiling timeline's stamps of this block at the coming synchronization (thread 0's count,
+// read after a block barrier that follows its last increment), or null when the timeline is off or
+// full. From the tile's copy of the timeline (det_mk_run), in shared memory.
+DET_DEV uint64_t* det_mk_stamps() {
+  const det_mk_tile& t = *(const det_mk_tile*)det_smem();
+  return t.timeline && t.syncs < t.timeline_cap
+             ? t.timeline + det_mk_stamp_slots(det_warps()) * (t.syncs * det_blocks() + det_block())
+             : nullptr;
+}
+
+// Profiling: thread 0 stamps when the block's phase area first holds the phase's inputs (after the
+// block barrier that ends their staging; a later area pass keeps the first stamp).
+DET_DEV void det_mk_stamp_ready() {
+  if (det_thread() != 0) return;
+  uint64_t* s = det_mk_stamps();
+  if (s && s[DET_MK_STAMP_READY] == 0) s[DET_MK_STAMP_READY] = det_globaltimer();
+}
+
 // The grid barrier after a phase, tagged for the profiling timeline (det_mk_program::timeline).
-// Only thread 0 stamps and counts the synchronizations (in the tile, shared memory: a counter in the
-// context would live in local memory, which the phases' references put it in); the count also gives
-// the monotonic barrier (geometry barrier 1) the arrivals that complete this one.
+// Only thread 0 counts the synchronizations (in the tile, shared memory: a counter in the context
+// would live in local memory, which the phases' references put it in); the count also gives the
+// monotonic barrier (geometry barrier 1) the arrivals that complete this one. With the timeline on,
+// each warp stamps its own arrival, written after the block barrier (which orders thread 0's last
+// increment of the count before every warp's read of it).
 DET_DEV_NOINLINE void det_mk_grid_sync(const det_mk_ctx& c, int32_t tag) {
   const det_mk_program& p = c.P->prog;
   uint64_t* slot = nullptr;
   if (p.timeline) {
-    det_sync_block();  // the block's slowest warp has arrived
-    const int64_t j = c.tile->syncs;
-    if (det_thread() == 0 && j < p.timeline_cap) {
-      slot = p.timeline + 2 * (j * det_blocks() + det_block());
-      slot[0] = det_globaltimer();
-      if (det_block() == 0) p.timeline_tag[j] = tag;
+    const uint64_t mine = det_globaltimer();  // this warp's work in the phase is done
+    det_sync_block();                         // the block's slowest warp has arrived
+    uint64_t* s = det_mk_stamps();
+    if (s && det_lane() == 0) s[DET_MK_STAMP_WARP + det_warp()] = mine;
+    if (s && det_thread() == 0) {
+      slot = s;
+      slot[DET_MK_STAMP_ARRIVE] = det_globaltimer();
+      if (det_block() == 0) p.timeline_tag[c.tile->syncs] = tag;
     }
   }
   if (c.P->geo.barrier)
     det_sync_grid_counter(c.P->ws.barrier, det_thread() == 0 ? (uint64_t)(c.tile->syncs + 1) * det_blocks() : 0);
   else
     det_sync_grid(c.P->ws.barrier);
-  if (slot) slot[1] = det_globaltimer();
+  if (slot) slot[DET_MK_STAMP_LEAVE] = det_globaltimer();
   if (det_thread() == 0) ++c.tile->syncs;
 }
 

@@ -52,6 +52,50 @@ def test_stamps_have_a_barriers_shape(model, prof):
     assert all(r["phase_us"] >= 0 and r["spread_us"] >= 0 for r in prof.phases(tl, model.layer_plan()))
 
 
+def test_stamps_inside_each_phase(model, prof):
+    """Each warp's arrival falls inside its phase (after the last block's arrival at the previous
+    synchronization, by its own block's arrival at this one), and the block's inputs-staged stamp
+    after the block's departure from the previous synchronization (thread 0 stamps both); the phases that
+    normalize rows into the area (qkv, mlp, head) stamp it on every block, attention and rope never,
+    and always before thread 0's own warp arrives."""
+    tl = prof.phase_timeline(model, [[5, 9, 2, 7, 1, 3]], 2)
+    arrive, leave, ready, done = tl["arrive"], tl["leave"], tl["ready"], tl["warp_done"]
+    assert done.shape == arrive.shape + (GEO["warps"],) and tl["warps"] == GEO["warps"]
+    released = arrive[:-1].max(dim=1).values[:, None, None]  # no warp goes on before the last block arrived
+    assert (done[1:] >= released).all() and (done[1:] <= arrive[1:].unsqueeze(2)).all()
+    assert (done[0] > 0).all()
+    staged = ready[1:] > 0
+    assert (ready[1:][staged] >= leave[:-1][staged]).all() and (ready[1:][staged] <= arrive[1:][staged]).all()
+    rows = prof.phases(tl, model.layer_plan())
+    for j, r in enumerate(rows):
+        if r["kind"] in ("qkv", "mlp", "head"):
+            assert (ready[j] > 0).all(), (j, r["kind"])
+        if r["kind"] in ("attend", "rope", "pick"):
+            assert (ready[j] == 0).all(), (j, r["kind"])
+    # Thread 0 stamps the inputs staged, then (later in its own program order) warp 0's arrival.
+    staged_any = ready > 0
+    assert (ready[staged_any] <= done[:, :, 0][staged_any]).all()
+    assert rows[0]["first_warp_us"] is None and rows[1]["last_warp_us"] is not None
+    table = prof.phase_table(rows)
+    assert "| qkv |" in table and "| attend |" in table
+
+
+def test_staged_residual_inputs_are_stamped(prof, di, tmp_path):
+    """With geometry stage 1 the residual projections copy their input rows into the area first
+    when they fit: a decode step's single row always does, and its residual phases then stamp
+    inputs staged too (without stage 1 they stage nothing)."""
+    directory = model_dir("llama", tmp_path)
+    for stage in (0, 1):
+        mm = di.MegaModel.from_pretrained(directory, max_context=64, executor="emulated",
+                                          geometry=dict(GEO, stage=stage))
+        tl = prof.phase_timeline(mm, [[5, 9, 2]], 2)
+        rows = prof.phases(tl, mm.layer_plan())
+        decode = tl["tags"].index(-1)  # the prompt's pick: decode steps follow
+        residual = [j for j, r in enumerate(rows) if r["kind"] == "residual" and j > decode]
+        assert residual and all(bool((tl["ready"][j] > 0).all()) == bool(stage) for j in residual)
+        assert all((rows[j]["ready_us"] is not None) == bool(stage) for j in residual)
+
+
 def test_capacity_and_refusals(model, prof, di, tmp_path):
     tl = prof.phase_timeline(model, [[5, 9, 2]], 2, capacity=5)
     assert len(tl["tags"]) == 5 and tl["arrive"].shape == (5, GEO["grid"])

@@ -81,7 +81,7 @@ torch::Tensor upload(const std::vector<T>& v, const torch::Device& dev) {
 
 // The profiling timeline's buffers (det_mk_program::timeline), or none.
 struct Timeline {
-  torch::Tensor* stamps = nullptr;  // int64, flat: (capacity, grid, 2) once the grid is known
+  torch::Tensor* stamps = nullptr;  // int64, flat: (capacity, grid, det_mk_stamp_slots(warps)) once the grid is known
   torch::Tensor* tags = nullptr;    // int32 (capacity,)
   torch::Tensor* work = nullptr;    // emulation only: int64 (phases, grid * warps, 4), or empty
 };
@@ -93,7 +93,8 @@ void attach_timeline(det_mk_program& prog, const Timeline& tl, const det_mk_geom
     TORCH_CHECK_VALUE(x->device() == dev && x->is_contiguous(), "det-infer: timeline buffers must be contiguous on ", dev);
   TORCH_CHECK_VALUE(tl.stamps->scalar_type() == torch::kInt64 && tl.tags->scalar_type() == torch::kInt32,
                     "det-infer: timeline stamps are int64, tags int32");
-  prog.timeline_cap = std::min<int64_t>(tl.stamps->numel() / (2 * (int64_t)geo.grid), tl.tags->numel());
+  prog.timeline_cap = std::min<int64_t>(tl.stamps->numel() / ((int64_t)det_mk_stamp_slots(geo.warps) * geo.grid),
+                                        tl.tags->numel());
   prog.timeline = (uint64_t*)tl.stamps->data_ptr<int64_t>();
   prog.timeline_tag = tl.tags->data_ptr<int32_t>();
 }
@@ -232,8 +233,9 @@ void mega_generate(Model model, const torch::Tensor& prompts, const torch::Tenso
 
 // mega_generate with the profiling timeline on: stamps (int64, flat, on the model's device) and
 // tags (int32) as det_mk_program::timeline describes; under emulation, a non-empty work tensor
-// also counts each warp's work per phase (det_mk_run_emulated_counted). Returns the grid it ran with.
-int64_t test_mega_timeline(Model model, const torch::Tensor& prompts, const torch::Tensor& prompt_offsets,
+// also counts each warp's work per phase (det_mk_run_emulated_counted). Returns the grid and the
+// warps a block it ran with.
+std::vector<int64_t> test_mega_timeline(Model model, const torch::Tensor& prompts, const torch::Tensor& prompt_offsets,
                            const torch::Tensor& start_positions, const std::vector<torch::Tensor>& caches,
                            int64_t max_new, const torch::Tensor& stop_ids, const torch::Tensor& sample_f,
                            const torch::Tensor& sample_i, torch::Tensor& out_tokens, torch::Tensor& out_lengths,
@@ -243,8 +245,9 @@ int64_t test_mega_timeline(Model model, const torch::Tensor& prompts, const torc
   tl.stamps = &stamps;
   tl.tags = &tags;
   tl.work = &work;
-  return generate(model, prompts, prompt_offsets, start_positions, caches, max_new, stop_ids, sample_f, sample_i,
-                  out_tokens, out_lengths, step_logits, geometry, tl).grid;
+  const det_mk_geometry geo = generate(model, prompts, prompt_offsets, start_positions, caches, max_new, stop_ids,
+                                       sample_f, sample_i, out_tokens, out_lengths, step_logits, geometry, tl);
+  return {geo.grid, geo.warps};
 }
 
 void register_megakernel_ops(torch::Library& ops) {
@@ -258,10 +261,10 @@ void register_megakernel_ops(torch::Library& ops) {
           "Tensor sample_f, Tensor sample_i, Tensor! out_tokens, Tensor! out_lengths, Tensor! step_logits, "
           "int[] geometry) -> ()");
   ops.impl("mega_generate", c10::DispatchKey::CompositeExplicitAutograd, &mega_generate);
-  // mega_generate with the profiling timeline (benchmarks/gpu_profile.py): returns the grid.
+  // mega_generate with the profiling timeline (benchmarks/gpu_profile.py): returns [grid, warps].
   ops.def("_test_mega_timeline(" DET_MODEL_TYPE " model, Tensor prompts, "
           "Tensor prompt_offsets, Tensor start_positions, Tensor(a!)[] caches, int max_new, Tensor stop_ids, "
           "Tensor sample_f, Tensor sample_i, Tensor! out_tokens, Tensor! out_lengths, Tensor! step_logits, "
-          "int[] geometry, Tensor! stamps, Tensor! tags, Tensor! work) -> int");
+          "int[] geometry, Tensor! stamps, Tensor! tags, Tensor! work) -> int[]");
   ops.impl("_test_mega_timeline", c10::DispatchKey::CompositeExplicitAutograd, &test_mega_timeline);
 }
