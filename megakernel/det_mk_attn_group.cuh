@@ -295,6 +295,11 @@ DET_DEV_NOINLINE void det_mk_attn_unit_run(int64_t D, float scale, const float* 
 // another: each its own register allocation, with nothing live across them (called from inside
 // the unit, ROPE's work spilled on sm_120). A KV head with one query head runs a pair with a zero
 // query; an odd count pads its last pair likewise.
+// Units are numbered chunk slot first, then KV head, row, query pair, so that the consecutive units
+// a block's warps take read the same chunk of the same KV head: for the rows of one sequence (a
+// prompt tile) the same keys and values, which the block's first reads bring into its SM's L1
+// and the others then find there, instead of each unit reading them from L2. A number whose chunk
+// slot the row does not have in this pass is skipped.
 DET_DEV_NOINLINE void det_mk_phase_attn_chunks(const det_mk_ctx& c, int64_t l, int64_t pass, bool direct, bool rope) {
   constexpr int QG = DET_MK_ATTN_GROUP;
   const det_mk_params& P = *c.P;
@@ -305,20 +310,15 @@ DET_DEV_NOINLINE void det_mk_phase_attn_chunks(const det_mk_ctx& c, int64_t l, i
   const int64_t groups = m.n_kv_heads * per_kv;  // (KV head, query pair) of a row
   const int64_t per = P.geo.attn, part_stride = det_mk_attn_part_stride(m);
   const int64_t runs = (D + DET_REDUCE_RUN - 1) / DET_REDUCE_RUN;
-  auto units_of = [&](int b) {  // row b's units in this pass (det_mk_attn_in_pass)
-    const int64_t left = det_mk_attn_chunks(L, tile.pos[b]) - pass * per;
-    return groups * (left <= 0 ? 0 : left < per ? left : per);
-  };
+  const int64_t rows = tile.n, slots = det_mk_attn_in_pass(c, det_mk_attn_most_chunks(c, l), pass);
   det_mk_attn_unit u;
   u.D = D, u.scale = det_mk_attn_scale(m), u.scratch = det_mk_attn_scratch(c);
   u.rope_layer = rope ? &L : nullptr, u.table = &m.rope[L.rope_table], u.eps = m.rms_eps;
-  int64_t total = 0;
-  for (int b = 0; b < tile.n; ++b) total += units_of(b);
-  for (int64_t task = c.gwarp, nwarps = c.nwarps; task < total; task += nwarps) {
-    int64_t b = 0, t = task, n;  // the task's row, then its unit within the row
-    while (t >= (n = units_of((int)b))) t -= n, ++b;
-    const int64_t in_pass = n / groups, group = t / in_pass, k = t % in_pass;
-    const int64_t g = group / per_kv, q0 = group % per_kv * QG, hq0 = g * G + q0;
+  for (int64_t task = c.gwarp, nwarps = c.nwarps; task < slots * groups * rows; task += nwarps) {
+    // task = ((k * KV heads + g) * rows + b) * per_kv + pair
+    const int64_t k = task / (groups * rows), g = task / (rows * per_kv) % m.n_kv_heads;
+    const int64_t b = task / per_kv % rows, q0 = task % per_kv * QG, hq0 = g * G + q0;
+    if (k >= det_mk_attn_in_pass(c, det_mk_attn_chunks(L, tile.pos[b]), pass)) continue;  // not row b's
     const int64_t p = tile.pos[b], lo = det_mk_attn_lo(L, p);
     const det_mk_seq& sq = P.prog.seqs[tile.seq[b]];
     u.q = P.ws.q + b * QD + hq0 * D;
