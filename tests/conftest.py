@@ -1,8 +1,11 @@
 """Shared fixtures: the kernel is built by scripts/build_local.py (a no-op when up to date) and
-loaded the way users load it, through kernels.get_kernel with LOCAL_KERNELS."""
+loaded the way users load it, through kernels.get_kernel with LOCAL_KERNELS. The session's order:
+tests/test_cuda_compile.py last, its nvcc build started in the background at collection."""
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -27,3 +30,28 @@ def di():
     from kernels import get_kernel
 
     return get_kernel(REPO_ID, version=1)
+
+
+# tests/test_cuda_compile.py's build (nvcc for seven architectures: the CI's longest setup) runs in
+# the background from collection on, at the lowest priority, when other tests share the session:
+# their single-threaded stretches leave a core that ptxas then uses. Its module runs last.
+_CUDA_MODULE = "test_cuda_compile.py"
+
+
+def pytest_collection_modifyitems(session, config, items):
+    cuda = [item for item in items if item.path.name == _CUDA_MODULE]
+    if not cuda or len(cuda) == len(items) or config.option.collectonly:
+        return
+    items[:] = [item for item in items if item.path.name != _CUDA_MODULE] + cuda
+    module, out = cuda[0].module, Path(tempfile.mkdtemp(prefix="det-infer-cuda-"))
+    module.start_background(out)
+    _BACKGROUND_BUILDS.append((module, out))
+
+
+_BACKGROUND_BUILDS = []
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for module, out in _BACKGROUND_BUILDS:  # a session that ends early (-x, ^C) does not wait for nvcc
+        module.stop_background()
+        shutil.rmtree(out, ignore_errors=True)

@@ -11,10 +11,14 @@ co-resident for every shipped model shape on every architecture, by the compute-
 and by NVIDIA's occupancy calculator. Each check has a negative control that it must reject.
 
 Everything is compiled once per module (the megakernel takes minutes for seven architectures) and
-each dump is read once. `pytest -s` prints the tables of docs/RESULTS.md §3."""
+each dump is read once. When other tests run in the same session, tests/conftest.py starts that
+build in the background at collection, at the lowest CPU priority, and runs this module last: the
+minutes of ptxas then fill what the other tests leave of the cores. `pytest -s` prints the tables
+of docs/RESULTS.md §3."""
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tomllib
@@ -294,16 +298,58 @@ def _register_flags(flags):
     return [f for f in flags if f.startswith(("-maxrregcount", "--maxrregcount")) or "override-directive" in f]
 
 
+# The build's compiler processes, killed if the session ends before a background build does; and
+# the command prefix of the background build (lowest priority).
+_RUNNING = set()
+_PREFIX = []
+
+
 def _compile(nvcc, flags, gencode, src, obj, kinds=()):
     """nvcc -c with ptxas's report, then the cuobjdump dumps named in kinds: (log, {kind: text})."""
-    r = subprocess.run([nvcc, "-std=c++20", "-O3", "--threads=0", *flags, *gencode, "-Xptxas", "-v",
-                        f"-I{ROOT}", "-c", str(src), "-o", str(obj)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-4000:]
-    return r.stderr, {kind: _dump(kind, obj) for kind in kinds}
+    cmd = [*_PREFIX, nvcc, "-std=c++20", "-O3", "--threads=0", *flags, *gencode, "-Xptxas", "-v", f"-I{ROOT}",
+           "-c", str(src), "-o", str(obj)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0)
+    _RUNNING.add(proc)
+    try:
+        _, err = proc.communicate()
+    finally:
+        _RUNNING.discard(proc)
+    assert proc.returncode == 0, err[-4000:]
+    return err, {kind: _dump(kind, obj) for kind in kinds}
+
+
+_BACKGROUND = None  # the build started at collection (start_background), or None
+
+
+def start_background(out):
+    """Starts the module's build into the directory out, at the lowest CPU priority, while the
+    session's other tests run (tests/conftest.py); the fixture then waits for it."""
+    global _BACKGROUND
+    _PREFIX[:] = ["nice", "-n", "19"] if shutil.which("nice") else []
+    pool = ThreadPoolExecutor(max_workers=1)
+    _BACKGROUND = pool.submit(_build_all, out)
+    pool.shutdown(wait=False)
+
+
+def stop_background():
+    """Kills what a background build still runs (the session ended first): each nvcc with the
+    cicc and ptxas it started (its own process group)."""
+    for proc in list(_RUNNING):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
+    """Everything this module reads (_build_all): the background build's, or built now."""
+    if _BACKGROUND is not None:
+        return _BACKGROUND.result()
+    return _build_all(tmp_path_factory.mktemp("cuda"))
+
+
+def _build_all(out):
     """Everything this module reads, built once and concurrently (each object dumped as soon as it
     is compiled, beside the megakernel's minutes in ptxas): the two CUDA sources with build.toml's
     flags, the controls with and without its register flags, and the occupancy harness."""
@@ -311,7 +357,6 @@ def compiled(tmp_path_factory):
     sec = _cuda_section()
     flags = sec["cuda-flags"]
     archs = [c.replace(".", "") for c in sec["cuda-capabilities"]]
-    out = tmp_path_factory.mktemp("cuda")
     (out / "controls.cu").write_text(CONTROLS_CU)
     plain = [f for f in flags if f not in _register_flags(flags)]
     jobs = {Path(s).stem: (flags, _gencode(archs), s, out / (Path(s).stem + ".o"), ("sass", "ptx"))
