@@ -38,6 +38,7 @@ def di():
 _CUDA_MODULE = "test_cuda_compile.py"
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected what they deselect
 def pytest_collection_modifyitems(session, config, items):
     cuda = [item for item in items if item.path.name == _CUDA_MODULE]
     if not cuda or len(cuda) == len(items) or config.option.collectonly:
