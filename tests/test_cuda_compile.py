@@ -298,15 +298,14 @@ def _register_flags(flags):
     return [f for f in flags if f.startswith(("-maxrregcount", "--maxrregcount")) or "override-directive" in f]
 
 
-# The build's compiler processes, killed if the session ends before a background build does; and
-# the command prefix of the background build (lowest priority).
+# The build's compiler processes, killed if the session ends before a background build does.
 _RUNNING = set()
-_PREFIX = []
 
 
-def _compile(nvcc, flags, gencode, src, obj, kinds=()):
-    """nvcc -c with ptxas's report, then the cuobjdump dumps named in kinds: (log, {kind: text})."""
-    cmd = [*_PREFIX, nvcc, "-std=c++20", "-O3", "--threads=0", *flags, *gencode, "-Xptxas", "-v", f"-I{ROOT}",
+def _compile(nvcc, flags, gencode, src, obj, kinds=(), prefix=()):
+    """nvcc -c with ptxas's report (the command after prefix, e.g. nice), then the cuobjdump dumps
+    named in kinds: (log, {kind: text})."""
+    cmd = [*prefix, nvcc, "-std=c++20", "-O3", "--threads=0", *flags, *gencode, "-Xptxas", "-v", f"-I{ROOT}",
            "-c", str(src), "-o", str(obj)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0)
     _RUNNING.add(proc)
@@ -325,9 +324,8 @@ def start_background(out):
     """Starts the module's build into the directory out, at the lowest CPU priority, while the
     session's other tests run (tests/conftest.py); the fixture then waits for it."""
     global _BACKGROUND
-    _PREFIX[:] = ["nice", "-n", "19"] if shutil.which("nice") else []
     pool = ThreadPoolExecutor(max_workers=1)
-    _BACKGROUND = pool.submit(_build_all, out)
+    _BACKGROUND = pool.submit(_build_all, out, ["nice", "-n", "19"] if shutil.which("nice") else [])
     pool.shutdown(wait=False)
 
 
@@ -349,10 +347,11 @@ def compiled(tmp_path_factory):
     return _build_all(tmp_path_factory.mktemp("cuda"))
 
 
-def _build_all(out):
+def _build_all(out, prefix=()):
     """Everything this module reads, built once and concurrently (each object dumped as soon as it
     is compiled, beside the megakernel's minutes in ptxas): the two CUDA sources with build.toml's
-    flags, the controls with and without its register flags, and the occupancy harness."""
+    flags, the controls with and without its register flags, and the occupancy harness; each nvcc
+    after prefix."""
     nvcc = _nvcc()
     sec = _cuda_section()
     flags = sec["cuda-flags"]
@@ -365,7 +364,7 @@ def _build_all(out):
     jobs["controls"] = (plain, _gencode(archs), out / "controls.cu", out / "controls.o", ("sass",))
     jobs["controls_bounded"] = (flags, _gencode(["80"]), out / "controls.cu", out / "controls_bounded.o", ())
     with ThreadPoolExecutor(max_workers=len(jobs) + 1) as pool:
-        futures = {k: pool.submit(_compile, nvcc, *job) for k, job in jobs.items()}
+        futures = {k: pool.submit(_compile, nvcc, *job, prefix=prefix) for k, job in jobs.items()}
         harness = pool.submit(_build_harness, out).result()
         done = {k: f.result() for k, f in futures.items()}
     logs = {k: log for k, (log, _) in done.items()}
