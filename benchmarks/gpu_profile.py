@@ -143,9 +143,11 @@ SWITCHES = (
     (f"outs {OUTS}", {"outs": OUTS}, (1, 16), True, True),  # issue 49
     ("stage 1", {"stage": 1}, (1, 16), False, False),  # issue 49: the model has no term for input reads
     (f"tile_rows {TILE}", {"tile_rows": TILE}, (), True, True),  # issue 49: prompt tiles
+    # issues 48/49: each chunk's keys and values copied once per block for a prompt tile's rows
+    (f"tile_rows {TILE}, stage 2", {"tile_rows": TILE, "stage": 2}, (), True, False),
     # Every switch on at once, split attention too: the geometry of gpu_model.py sizes' last column
-    # (which has no term for stage 1; its steps are at position 50, its prompt 1,024 tokens).
-    ("all switches", {"attn": 32, "ahead": AHEAD, "barrier": 1, "outs": OUTS, "stage": 1, "tile_rows": TILE},
+    # (which has no term for stage; its steps are at position 50, its prompt 1,024 tokens).
+    ("all switches", {"attn": 32, "ahead": AHEAD, "barrier": 1, "outs": OUTS, "stage": 3, "tile_rows": TILE},
      (1, 4, 8, 16), True, True),
 )
 
@@ -176,7 +178,8 @@ def switch_rows(b, name, long_prompt, steps, pred_step, pred_prefill):
             long_geo = dict(geo, attn=geo.get("attn", 32))
             measured = refused(lambda: b.prefill_tok_s(long_prompt, **long_geo), 0)
             print(f"| prefill, {long_prompt}-token prompt, attn 32, {label}, tok/s | {measured} | "
-                  f"{fmt(pred_prefill(name, long_prompt, **long_geo), 0)} |", flush=True)
+                  f"{fmt(pred_prefill(name, long_prompt, **long_geo), 0)}{'' if modelled else ' (no term)'} |",
+                  flush=True)
 
 
 def profile(di, names, device, executor, reps, quick, card):

@@ -56,6 +56,7 @@ DET_DEV void det_mk_build_prefill_tile(const det_mk_params& P, det_mk_tile& t, i
     else t.dst[j] = p.step_logits ? p.step_logits + s * p.max_new * V : P.ws.logits + j * V;
     if (gen) t.next_pos[s] = t.pos[i] + 1;
   }
+  t.attn_staged = !t.rope_in_attn && det_mk_attn_stage_floats(&P.model, &P.geo) > 0;
 }
 
 // Thread 0 of each block: records step `step`'s tokens (block 0 writes the outputs), retires the
@@ -87,6 +88,7 @@ DET_DEV void det_mk_build_decode_tile(const det_mk_params& P, det_mk_tile& t, in
   t.n = t.n_step - r0 < P.geo.tile_rows ? t.n_step - r0 : P.geo.tile_rows;
   t.n_want = t.n;
   t.rope_in_attn = P.geo.attn > 0;  // one row per live sequence
+  t.attn_staged = 0;
   for (int r = 0; r < t.n; ++r) {
     const int s = t.step_seq[r0 + r];
     t.token[r] = t.step_token[r0 + r];

@@ -46,8 +46,11 @@ struct det_mk_geometry {
                    // arrival counter (det_sync_grid_counter)
   int outs;        // the GEMV's weight rows a warp streams at once: 0 or 1, one; 2 or 4, that many, each
                    // input value loaded from shared memory feeding all of them (det_mk_gemv_outs)
-  int stage;       // the inputs of RESIDUAL and PLE_GATE: 0 read from global memory by every warp for each
-                   // output; 1 copied once per block into its shared memory when they fit (det_mk_stage_rows)
+  int stage;       // what a block copies into its shared memory once for all its warps, bits: 1, the inputs
+                   // of RESIDUAL and PLE_GATE when they fit (det_mk_stage_rows; else every warp reads them
+                   // from global memory for each output); 2, with split attention, each chunk's keys and
+                   // values for the rows of one sequence (det_mk_phase_attn_staged; else each unit reads
+                   // them from L2 for its own row)
   int area_rows;   // rows the block's phase area holds for the phases that copy or normalize their inputs
                    // there (QKV, MLP, HEAD, PLE_PROJECT): 0, or tile_rows or more, the whole tile; a smaller
                    // power of two, the tile is taken that many rows at a time (det_mk_area_pass). On a
@@ -156,6 +159,8 @@ struct det_mk_tile {
   int rope_in_attn;  // split attention (geometry attn > 0) and every row its own sequence (a decode
                      // step, or a prefill tile of distinct sequences): no row reads another's new
                      // key, so the attention units do ROPE's work
+  int attn_staged;   // geometry stage 2 and rows that share sequences (a prompt tile), head_dim <= 128:
+                     // split attention's units by block on a copy of each chunk (det_mk_phase_attn_staged)
   int32_t token[DET_MK_TILE_MAX];
   int32_t seq[DET_MK_TILE_MAX];
   int64_t pos[DET_MK_TILE_MAX];
@@ -176,8 +181,8 @@ struct det_mk_tile {
 
 // Shared memory per block: the tile, then each warp's weight ring (ring x outs x 32 lanes x 16 bytes),
 // then the phase area: the tile's normalized rows (area_rows x hidden) and their norm factors
-// (area_rows), or per warp the attention
-// scratch (scores and exps of one chunk, the running numerator), or the argmax / sampling partials.
+// (area_rows), or per warp the attention scratch (scores and exps of one chunk, the running
+// numerator) and after them a staged chunk (geometry stage 2), or the argmax / sampling partials.
 DET_MK_HD size_t det_mk_smem_ring_offset() { return (sizeof(det_mk_tile) + 15) / 16 * 16; }
 // Split attention's units carry up to this many query heads of one KV head (det_mk_attn_group.cuh):
 // each lane keeps a dot tree of 4 keys per query in registers (groups of 4 took sm_120's kernel to
@@ -191,6 +196,17 @@ DET_MK_HD size_t det_mk_attn_scratch_floats(const det_llama_model* m, int attn) 
   const size_t D = (size_t)m->head_dim;
   return attn == 0 ? 2 * 128 + D : DET_MK_ATTN_GROUP * (128 + D) + 2 * D;
 }
+// Geometry stage's bits (det_mk_geometry::stage).
+#define DET_MK_STAGE_INPUTS 1
+#define DET_MK_STAGE_CHUNKS 2
+// Split attention stages a chunk (geometry stage 2) when the model's head_dim is at most this: its
+// keys and values take 2 x 128 x head_dim floats of the phase area, 128 KB at 128.
+#define DET_MK_STAGE_HEAD_DIM_MAX 128
+// Floats of the phase area a staged chunk takes after the warps' attention scratch (0: not staged).
+DET_MK_HD size_t det_mk_attn_stage_floats(const det_llama_model* m, const det_mk_geometry* g) {
+  const bool on = g->attn > 0 && (g->stage & DET_MK_STAGE_CHUNKS) && m->head_dim <= DET_MK_STAGE_HEAD_DIM_MAX;
+  return on ? 2 * 128 * (size_t)m->head_dim : 0;
+}
 // The norm factors of the area's rows follow them in the phase area.
 DET_MK_HD size_t det_mk_norm_factor_offset(const det_llama_model* m, const det_mk_geometry* g) {
   return (size_t)det_mk_area_rows(g) * (size_t)m->hidden;
@@ -198,7 +214,8 @@ DET_MK_HD size_t det_mk_norm_factor_offset(const det_llama_model* m, const det_m
 // Floats of the phase area: the largest of its uses.
 DET_MK_HD size_t det_mk_area_floats(const det_llama_model* m, const det_mk_geometry* g) {
   size_t area = det_mk_norm_factor_offset(m, g) + (size_t)det_mk_area_rows(g);
-  const size_t attn = (size_t)g->warps * det_mk_attn_scratch_floats(m, g->attn), argmax = 2 * (size_t)g->warps + 3;
+  const size_t attn = (size_t)g->warps * det_mk_attn_scratch_floats(m, g->attn) + det_mk_attn_stage_floats(m, g);
+  const size_t argmax = 2 * (size_t)g->warps + 3;
   area = area > attn ? area : attn;
   return area > argmax ? area : argmax;
 }

@@ -118,10 +118,11 @@ int det_mk_check_geometry(const det_mk_geometry* g, const char** why) {
   if (g->outs != 0 && g->outs != 1 && g->outs != 2 && g->outs != 4)
     return fail(why, DET_MK_ERR_GEOMETRY,
                 "outs must be 0 or 1 (a warp streams one weight row at a time), 2 or 4 (that many at once)");
-  if (g->stage != 0 && g->stage != 1)
+  if (g->stage < 0 || g->stage > 3)
     return fail(why, DET_MK_ERR_GEOMETRY,
-                "stage must be 0 (RESIDUAL and PLE_GATE read their inputs from global memory) or 1 (copied into "
-                "each block's shared memory when they fit)");
+                "stage must be 0 (nothing copied), 1 (RESIDUAL's and PLE_GATE's inputs copied into each block's "
+                "shared memory when they fit), 2 (split attention's chunks, for the rows of one sequence) or 3 "
+                "(both)");
   const int a = g->area_rows;
   if (a < 0 || a > DET_MK_TILE_MAX || (a & (a - 1)) != 0)
     return fail(why, DET_MK_ERR_GEOMETRY,

@@ -140,18 +140,6 @@ DET_DEV void det_mk_attn_group_chunk(const det_mk_attn_unit& u, det_attn_acc (&p
   const int lane = det_lane();
   float* qs = u.scratch;     // (QG, D) the group's queries (zero past nq)
   float* es = qs + QG * D;   // (QG, 128) the exps of the visible slots
-  // The chunk's keys and values are read in rounds (a leaf's loads at a time): ask for all their
-  // lines now, so that only the first round waits on DRAM. Keys: the panels of slots j0..j1 (a panel
-  // is 16 D floats, or w D for the cache's narrow last one); values: rows j0..j1.
-  {
-    const int64_t p0 = u.ck.base + u.ck.j0 - (u.ck.base + u.ck.j0) % DET_KV_PANEL, p1 = u.ck.base + u.ck.j1;
-    const float* k0 = u.kc + det_kv_key_at(u.capacity, D, p0, 0);
-    const float* k1 = u.kc + det_kv_key_at(u.capacity, D, p1, D - 1);  // the last panel's last element
-    for (const float* line = k0 + 32 * lane; line <= k1; line += 32 * DET_WARP) det_prefetch_l2(line);
-    const float* v0 = u.vc + det_kv_value_at(D, u.ck.base + u.ck.j0, 0);
-    const float* v1 = u.vc + det_kv_value_at(D, p1, D - 1);
-    for (const float* line = v0 + 32 * lane; line <= v1; line += 32 * DET_WARP) det_prefetch_l2(line);
-  }
   float* kn = det_mk_attn_unit_new_key(u.scratch, D);  // the row's new key and value, when u.jn >= 0
   float* vn = kn + D;
 
@@ -286,6 +274,106 @@ DET_DEV_NOINLINE void det_mk_attn_unit_run(int64_t D, float scale, const float* 
   }
 }
 
+// A unit reads its chunk's keys and values in rounds (a leaf's loads at a time): ask for all their
+// lines first, so that only the first round waits on DRAM. Keys: the panels of slots j0..j1 (a panel
+// is 16 D floats, or w D for the cache's narrow last one); values: rows j0..j1.
+DET_DEV void det_mk_attn_prefetch(const float* kc, const float* vc, int64_t capacity, int64_t D, const det_mk_chunk& ck) {
+  const int lane = det_lane();
+  const int64_t p0 = ck.base + ck.j0 - (ck.base + ck.j0) % DET_KV_PANEL, p1 = ck.base + ck.j1;
+  const float* k0 = kc + det_kv_key_at(capacity, D, p0, 0);
+  const float* k1 = kc + det_kv_key_at(capacity, D, p1, D - 1);  // the last panel's last element
+  for (const float* line = k0 + 32 * lane; line <= k1; line += 32 * DET_WARP) det_prefetch_l2(line);
+  const float* v0 = vc + det_kv_value_at(D, ck.base + ck.j0, 0);
+  const float* v1 = vc + det_kv_value_at(D, p1, D - 1);
+  for (const float* line = v0 + 32 * lane; line <= v1; line += 32 * DET_WARP) det_prefetch_l2(line);
+}
+
+// One unit's work, by the dot's accumulators that take terms (rounded up to 8, 16 or 32: `runs`).
+DET_DEV void det_mk_attn_unit_go(int64_t runs, int64_t D, float scale, const float* kc, const float* vc, int64_t capacity,
+                                 const det_mk_chunk& ck, int64_t jn, int nq, float* scratch, float* out,
+                                 int64_t part_stride, bool direct) {
+#define DET_MK_ATTN_RUN(NA) \
+  det_mk_attn_unit_run<NA>(D, scale, kc, vc, capacity, ck.base, ck.j0, ck.j1, jn, nq, scratch, out, part_stride, direct)
+  if (runs > 16) DET_MK_ATTN_RUN(32);
+  else if (runs > 8) DET_MK_ATTN_RUN(16);
+  else DET_MK_ATTN_RUN(8);
+#undef DET_MK_ATTN_RUN
+}
+
+// Geometry stage 2's block tasks (det_mk_phase_attn_staged): (chunk slot k, KV head g, rows r0 ..
+// r1 - 1 of the tile), R = warps / query pairs rows a task, numbered chunk slot first. Recomputed
+// from the context where they are needed: what the staged phase holds across a unit's call adds
+// to the kernel's registers (the unit's are the kernel's most).
+// The tile, from the shared-memory base (through the context it is a local load).
+DET_DEV const det_mk_tile& det_mk_staged_tile() { return *(const det_mk_tile*)det_smem(); }
+struct det_mk_staged_task {
+  int k, g, r0, r1;
+};
+DET_DEV int det_mk_staged_pairs(const det_llama_model& m) {  // query pairs of a KV head
+  return (int)((m.n_heads / m.n_kv_heads + DET_MK_ATTN_GROUP - 1) / DET_MK_ATTN_GROUP);
+}
+DET_DEV int det_mk_staged_rows(const det_mk_ctx& c) {  // R
+  const int pairs = det_mk_staged_pairs(c.P->model);
+  return det_warps() / pairs > 1 ? det_warps() / pairs : 1;
+}
+DET_DEV int det_mk_staged_tasks(const det_mk_ctx& c, int64_t l, int64_t pass) {
+  const int R = det_mk_staged_rows(c), slots = (int)det_mk_attn_in_pass(c, det_mk_attn_most_chunks(c, l), pass);
+  return slots * (int)c.P->model.n_kv_heads * ((det_mk_staged_tile().n + R - 1) / R);
+}
+DET_DEV det_mk_staged_task det_mk_staged_task_of(const det_mk_ctx& c, int task) {
+  const int R = det_mk_staged_rows(c), groups = (det_mk_staged_tile().n + R - 1) / R, kv = (int)c.P->model.n_kv_heads;
+  const int r0 = task % groups * R;
+  return {task / (kv * groups), task / groups % kv, r0, r0 + R < det_mk_staged_tile().n ? r0 + R : det_mk_staged_tile().n};
+}
+// Chunk slot k of row b in pass `pass` (the chunk's number), or -1 when row b has no slot k there.
+DET_DEV int64_t det_mk_staged_chunk(const det_mk_ctx& c, const det_llama_layer& L, int64_t pass, int k, int b) {
+  const int64_t p = det_mk_staged_tile().pos[b];
+  if (k >= det_mk_attn_in_pass(c, det_mk_attn_chunks(L, p), pass)) return -1;
+  return det_mk_attn_lo(L, p) / DET_ATTN_CHUNK + pass * c.P->geo.attn + k;
+}
+DET_DEV float* det_mk_staged_keys(const det_mk_ctx& c) {  // the copy, after the warps' scratch
+  return det_mk_area_of(c.P->geo) + det_warps() * det_mk_attn_scratch_floats(&c.P->model, c.P->geo.attn);
+}
+
+// Every thread of the block: n floats (a multiple of 4, 16-byte aligned at both ends) of the KV
+// cache copied into shared memory at dst (cp.async from L2, all in flight at once), landed and
+// visible to the whole block on return.
+DET_DEV void det_mk_block_copy_l2(float* dst, const float* src, int64_t n) {
+  for (int64_t e = 4 * (int64_t)det_thread(); e < n; e += 4 * (int64_t)det_threads()) det_cp_async16_l2(dst + e, src + e);
+  det_cp_async_commit();
+  det_cp_async_wait<0>();
+  det_sync_block();
+}
+
+// A staged task's run from row b0: the rows of row b0's sequence from b0 on whose slot k is the
+// same chunk ch. Every thread of the block copies the keys of the run's visible slots (their whole
+// panels) and their values into the block's copy, at the same offsets from the chunk's first
+// position as in the cache. Returns the run's end (b0 + 1 without a copy when row b0 has no slot k).
+DET_DEV_NOINLINE int det_mk_attn_stage_run(const det_mk_ctx& c, int l, int pass, int task, int b0) {
+  const det_mk_tile& tile = det_mk_staged_tile();
+  const det_llama_layer& L = c.P->model.layers[l];
+  const det_mk_staged_task tk = det_mk_staged_task_of(c, task);
+  const int64_t ch = det_mk_staged_chunk(c, L, pass, tk.k, b0);
+  if (ch < 0) return b0 + 1;
+  int64_t j0 = DET_ATTN_CHUNK, j1 = 0;  // the union of the run's visible slots
+  int b1 = b0;
+  for (; b1 < tk.r1 && tile.seq[b1] == tile.seq[b0] && det_mk_staged_chunk(c, L, pass, tk.k, b1) == ch; ++b1) {
+    const det_mk_chunk ck = det_mk_chunk_of(det_mk_attn_lo(L, tile.pos[b1]), tile.pos[b1], ch);
+    j0 = ck.j0 < j0 ? ck.j0 : j0, j1 = ck.j1 > j1 ? ck.j1 : j1;
+  }
+  const det_mk_seq& sq = c.P->prog.seqs[tile.seq[b0]];
+  const int64_t D = L.head_dim, base = ch * DET_ATTN_CHUNK, capacity = sq.capacity - base;
+  const float* kc = sq.k + det_kv_head_base(L, sq.capacity, tk.g) + base * D;
+  const float* vc = sq.v + det_kv_head_base(L, sq.capacity, tk.g) + base * D;
+  float* ks = det_mk_staged_keys(c);
+  float* vs = ks + DET_ATTN_CHUNK * c.P->model.head_dim;
+  const int64_t k_from = (j0 - j0 % DET_KV_PANEL) * D;
+  const int64_t k_to = (j1 - j1 % DET_KV_PANEL) * D + D * det_kv_panel_width(capacity, j1);
+  det_mk_block_copy_l2(ks + k_from, kc + k_from, k_to - k_from);
+  det_mk_block_copy_l2(vs + j0 * D, vc + j0 * D, (j1 + 1 - j0) * D);
+  return b1;
+}
+
 // ATTN_CHUNKS: units (row, KV head, query pair, chunk of the pass) dealt over every warp of the
 // grid; a unit computes its chunk's (m, l, o) for each query head of its pair (SPEC §13.4: a
 // chunk's partial depends on that chunk alone). When every row of the tile has a single chunk
@@ -314,7 +402,7 @@ DET_DEV_NOINLINE void det_mk_phase_attn_chunks(const det_mk_ctx& c, int64_t l, i
   det_mk_attn_unit u;
   u.D = D, u.scale = det_mk_attn_scale(m), u.scratch = det_mk_attn_scratch(c);
   u.rope_layer = rope ? &L : nullptr, u.table = &m.rope[L.rope_table], u.eps = m.rms_eps;
-  for (int64_t task = c.gwarp, nwarps = c.nwarps; task < slots * groups * rows; task += nwarps) {
+  for (int64_t task = c.gwarp, nwarps = c.nwarps, tasks = slots * groups * rows; task < tasks; task += nwarps) {
     // task = ((k * KV heads + g) * rows + b) * per_kv + pair
     const int64_t k = task / (groups * rows), g = task / (rows * per_kv) % m.n_kv_heads;
     const int64_t b = task / per_kv % rows, q0 = task % per_kv * QG, hq0 = g * G + q0;
@@ -332,14 +420,70 @@ DET_DEV_NOINLINE void det_mk_phase_attn_chunks(const det_mk_ctx& c, int64_t l, i
     u.k_raw = P.ws.k + b * m.n_kv_heads * D + g * D, u.v_raw = P.ws.v + b * m.n_kv_heads * D + g * D;
     u.k_head = q0 == 0 ? sq.k + det_kv_head_base(L, sq.capacity, g) : nullptr, u.v_head = sq.v + det_kv_head_base(L, sq.capacity, g);
     float* out = direct ? P.ws.att + b * QD + hq0 * D : det_mk_attn_part(c, b, hq0, k);
+    det_mk_attn_prefetch(u.kc, u.vc, u.capacity, D, u.ck);
     det_mk_attn_unit_stage(D, u.nq, u.q, u.scratch, u.rope_layer, u.table, u.sincos, u.eps, u.jn, u.k_raw, u.v_raw,
                            u.k_head, u.v_head, u.capacity, u.ck.base);
-    const int64_t jn = rope ? u.jn : -1;
-#define DET_MK_ATTN_RUN(NA) \
-  det_mk_attn_unit_run<NA>(D, u.scale, u.kc, u.vc, u.capacity, u.ck.base, u.ck.j0, u.ck.j1, jn, u.nq, u.scratch, out, part_stride, direct)
-    if (runs > 16) DET_MK_ATTN_RUN(32);
-    else if (runs > 8) DET_MK_ATTN_RUN(16);
-    else DET_MK_ATTN_RUN(8);
-#undef DET_MK_ATTN_RUN
+    det_mk_attn_unit_go(runs, D, u.scale, u.kc, u.vc, u.capacity, u.ck, rope ? u.jn : -1, u.nq, u.scratch, out,
+                        part_stride, direct);
   }
+}
+
+// One unit of a staged run: row b's query pair `pair` of the task's KV head, on the block's copy
+// of its chunk, read as a cache that starts at the chunk (capacity - base positions, from 0).
+// Nothing when row b has no slot k in this pass.
+DET_DEV_NOINLINE void det_mk_attn_staged_unit(const det_mk_ctx& c, int l, int pass, int task, int b, int pair, bool direct) {
+  constexpr int QG = DET_MK_ATTN_GROUP;
+  const det_mk_params& P = *c.P;
+  const det_llama_model& m = P.model;
+  const det_llama_layer& L = m.layers[l];
+  const det_mk_staged_task tk = det_mk_staged_task_of(c, task);
+  const int64_t ch = det_mk_staged_chunk(c, L, pass, tk.k, b);
+  if (ch < 0) return;
+  const int64_t D = L.head_dim, QD = m.n_heads * D, G = m.n_heads / m.n_kv_heads, q0 = pair * QG, hq0 = tk.g * G + q0;
+  const int64_t p = det_mk_staged_tile().pos[b];
+  det_mk_chunk ck = det_mk_chunk_of(det_mk_attn_lo(L, p), p, ch);
+  const int64_t capacity = P.prog.seqs[det_mk_staged_tile().seq[b]].capacity - ck.base;
+  ck.base = 0;
+  const int nq = (int)(G - q0 < QG ? G - q0 : QG);
+  float* scratch = det_mk_attn_scratch(c);
+  float* ks = det_mk_staged_keys(c);
+  float* out = direct ? P.ws.att + b * QD + hq0 * D : det_mk_attn_part(c, b, hq0, tk.k);
+  det_mk_attn_unit_stage(D, nq, P.ws.q + b * QD + hq0 * D, scratch, nullptr, nullptr, nullptr, 0.0f, -1, nullptr, nullptr,
+                         nullptr, nullptr, capacity, 0);
+  // head_dim <= DET_MK_STAGE_HEAD_DIM_MAX = 128: at most 16 accumulators take terms, so the staged
+  // phase never calls the 32-accumulator unit (sm_90's kernel: 242 registers instead of 244).
+  static_assert(DET_MK_STAGE_HEAD_DIM_MAX <= 16 * DET_REDUCE_RUN, "a staged unit has at most 16 accumulators");
+  const float scale = det_mk_attn_scale(m), *vs = ks + DET_ATTN_CHUNK * m.head_dim;
+  const int64_t stride = det_mk_attn_part_stride(m);
+  if (D > 8 * DET_REDUCE_RUN) det_mk_attn_unit_run<16>(D, scale, ks, vs, capacity, 0, ck.j0, ck.j1, -1, nq, scratch, out, stride, direct);
+  else det_mk_attn_unit_run<8>(D, scale, ks, vs, capacity, 0, ck.j0, ck.j1, -1, nq, scratch, out, stride, direct);
+}
+
+// ATTN_CHUNKS with geometry stage 2, for a tile whose rows share sequences (a prompt tile: not
+// rope_in_attn). Block tasks (chunk slot k, KV head, R consecutive rows of the tile: about a unit
+// per warp). For each run of the task's rows that see the same chunk of the same sequence, the
+// block copies the keys and values of the run's visible slots into its phase area once, then its
+// warps run the run's units (row, query pair) on the copy: the same units, the same loads in the
+// same order, from shared memory instead of L2. A chunk is then read from L2 once per R rows
+// instead of once per (row, query pair). Only ints stay live across a unit's call: what a phase
+// holds across its units' calls adds to the kernel's registers, whose most are the unit's (holding
+// the task's shape and pointers, sm_90's kernel spilled 8 to 28 bytes).
+DET_DEV_NOINLINE void det_mk_phase_attn_staged(const det_mk_ctx& c, int l, int pass, bool direct) {
+  for (int task = det_block(); task < det_mk_staged_tasks(c, l, pass); task += det_blocks()) {
+    for (int b0 = det_mk_staged_task_of(c, task).r0, b1; b0 < det_mk_staged_task_of(c, task).r1; b0 = b1) {
+      b1 = det_mk_attn_stage_run(c, l, pass, task, b0);
+      for (int t = det_warp(); t < (b1 - b0) * det_mk_staged_pairs(c.P->model); t += det_warps())
+        det_mk_attn_staged_unit(c, l, pass, task, b0 + t / det_mk_staged_pairs(c.P->model),
+                                t % det_mk_staged_pairs(c.P->model), direct);
+      det_sync_block();  // every unit has read the copy before the next run's replaces it
+    }
+  }
+}
+
+// Split attention's units for one pass: staged per block (the tile's attn_staged, read from shared
+// memory: a condition through the context cost the kernel's body 15 local loads on sm_90) or dealt
+// to every warp of the grid.
+DET_DEV void det_mk_phase_attn_units(const det_mk_ctx& c, int64_t l, int64_t pass, bool direct, bool rope) {
+  if (((const det_mk_tile*)det_smem())->attn_staged) det_mk_phase_attn_staged(c, (int)l, (int)pass, direct);
+  else det_mk_phase_attn_chunks(c, l, pass, direct, rope);
 }

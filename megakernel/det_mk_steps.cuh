@@ -70,11 +70,12 @@ DET_DEV int det_mk_area_pass(const det_mk_ctx& c, int nb, int first) {
 }
 
 // The input rows of a GEMV phase that reads them from global memory (RESIDUAL's att or act,
-// PLE_GATE's residual stream), nb rows of K: with geometry stage 1, when they fit the block's phase
+// PLE_GATE's residual stream), nb rows of K: with geometry stage bit 1, when they fit the block's phase
 // area, every block copies them there once (16-byte loads), so that its warps read shared memory
 // for each output instead of global memory; else the global rows. Returns where to read them.
 DET_DEV const float* det_mk_stage_rows(const det_mk_ctx& c, const float* in, int nb, int64_t K) {
-  if (!c.P->geo.stage || (size_t)nb * (size_t)K > det_mk_area_floats(&c.P->model, &c.P->geo)) return in;
+  if (!(c.P->geo.stage & DET_MK_STAGE_INPUTS) || (size_t)nb * (size_t)K > det_mk_area_floats(&c.P->model, &c.P->geo))
+    return in;
   float* area = c.area;  // read once: a store through it might alias the by-reference context
   for (int64_t e = 4 * (int64_t)det_thread(); e < nb * K; e += 4 * (int64_t)det_threads()) {
     const det_vec_f32x4 v = det_load_f32x4(in + e);
@@ -554,11 +555,11 @@ DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
           break;
         }
         if (det_mk_attn_most_chunks(c, s.layer) == 1) {  // one chunk a row: no fold
-          det_mk_phase_attn_chunks(c, s.layer, 0, true, det_mk_rope_in_attn());
+          det_mk_phase_attn_units(c, s.layer, 0, true, det_mk_rope_in_attn());
           break;
         }
-        for (int64_t pass = 0, passes = det_mk_attn_passes(c, s.layer); pass < passes; ++pass) {
-          det_mk_phase_attn_chunks(c, s.layer, pass, false, det_mk_rope_in_attn());
+        for (int pass = 0, passes = (int)det_mk_attn_passes(c, s.layer); pass < passes; ++pass) {
+          det_mk_phase_attn_units(c, s.layer, pass, false, det_mk_rope_in_attn());
           det_mk_grid_sync(c, (int32_t)(2 * i + 1));  // every chunk's partial is written
           det_mk_phase_attn_fold(c, s.layer, pass);
           if (pass + 1 < passes) det_mk_grid_sync(c, (int32_t)(2 * i + 1));  // the fold's state, the partials

@@ -28,6 +28,8 @@
 //                      async copies global -> shared (cp.async on sm_80+, a plain copy before
 //                      sm_80; on the host a plain copy, or deferred to the wait_group with
 //                      DET_SIMT_MODES=async)
+//   det_cp_async16_l2  det_cp_async16 for data written earlier in the launch (the KV cache): read
+//                      from L2, never through a non-coherent cache (cp.async.cg; __ldcg before sm_80)
 // Every call that synchronizes must be reached by every thread of its scope (warp, block, grid),
 // as on the GPU; the emulator reports a deadlock instead of hanging when one is not.
 #pragma once
@@ -139,6 +141,13 @@ DET_DEV void det_cp_async16(void* smem_dst, const void* gmem_src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src) : "memory");
 #else
   *(uint4*)smem_dst = __ldg((const uint4*)gmem_src);
+#endif
+}
+DET_DEV void det_cp_async16_l2(void* smem_dst, const void* gmem_src) {
+#if __CUDA_ARCH__ >= 800
+  det_cp_async16(smem_dst, gmem_src);  // .cg: L2 only
+#else
+  *(uint4*)smem_dst = __ldcg((const uint4*)gmem_src);
 #endif
 }
 DET_DEV void det_cp_async4(void* smem_dst, const void* gmem_src) {
@@ -284,6 +293,7 @@ DET_DEV void det_cp_async16(void* smem_dst, const void* gmem_src) {
   if (det_simt_deferred_async()) det_simt_host::cp_async(smem_dst, gmem_src, 16);
   else memcpy(smem_dst, gmem_src, 16);
 }
+DET_DEV void det_cp_async16_l2(void* smem_dst, const void* gmem_src) { det_cp_async16(smem_dst, gmem_src); }
 DET_DEV void det_cp_async4(void* smem_dst, const void* gmem_src) {
   if (det_simt_counting()) det_simt_host::work_load(gmem_src, 4);
   if (det_simt_deferred_async()) det_simt_host::cp_async(smem_dst, gmem_src, 4);

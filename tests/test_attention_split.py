@@ -42,10 +42,12 @@ def test_split_attention_equals_the_engine_past_two_chunks(di, models, family):
 GROUP_SHAPES = [(6, 2, 64), (3, 3, 128), (6, 1, 64), (4, 2, 80), (4, 1, 256), (2, 1, 512)]
 
 
-@pytest.mark.parametrize("heads,kv_heads,head_dim", GROUP_SHAPES)
-def test_split_attention_query_groups(di, tmp_path, heads, kv_heads, head_dim):
-    """Every shape of unit gives the engine's bits; the cache's capacity, 301, ends inside a key
-    panel (positions 288..300), which the units read element by element."""
+@pytest.mark.parametrize("heads,kv_heads,head_dim,stage", [(*s, 0) for s in GROUP_SHAPES] +
+                         [(*s, 2) for s in GROUP_SHAPES if s[2] <= 128])
+def test_split_attention_query_groups(di, tmp_path, heads, kv_heads, head_dim, stage):
+    """Every shape of unit gives the engine's bits, read from the cache or (stage 2, head_dim up to
+    128: 8 and 16 accumulators) from the block's copy of each chunk; the cache's capacity, 301, ends
+    inside a key panel (positions 288..300), which the units read element by element."""
     directory = synthetic.write_checkpoint("llama", str(tmp_path / "m"), seed=3, num_hidden_layers=1,
                                            num_attention_heads=heads, num_key_value_heads=kv_heads,
                                            head_dim=head_dim)
@@ -53,7 +55,7 @@ def test_split_attention_query_groups(di, tmp_path, heads, kv_heads, head_dim):
     engine = di.MegaModel.from_pretrained(directory, max_context=512)
     want = engine.prefill(ids, engine.new_state(301), logits="all")
     mm = di.MegaModel.from_pretrained(directory, max_context=512, executor="emulated",
-                                      geometry=dict(grid=3, warps=2, ring=2, tile_rows=16, seed=2, attn=2))
+                                      geometry=dict(grid=3, warps=2, ring=2, tile_rows=16, seed=2, attn=2, stage=stage))
     assert same_bits(mm.prefill(ids, mm.new_state(301), logits="all"), want)
 
 
@@ -98,6 +100,53 @@ def test_split_attention_spreads_the_work(di, models):
     pos = N - 2  # the decode step's position
     assert busiest[0] == (pos + 1) * 2 * 48
     assert busiest[32] <= 128 * 2 * 48 * 2
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "gemma3", "gemma4"])
+def test_staged_chunks_give_the_engines_bits(di, models, family):
+    """Geometry stage 2: a block copies a chunk's keys and values once into shared memory for the
+    rows of one sequence it takes, and its warps run the same units on the copy. Teacher-forced
+    (prompt tiles of one sequence, windows whose chunk changes inside a tile: mistral, gemma3,
+    gemma4's local layers) and a batch's prefill (tiles whose rows are several sequences' runs),
+    in one pass and a pass per chunk: the engine's bits."""
+    directory = model_dir(family, models)
+    engine = di.MegaModel.from_pretrained(directory, max_context=512)
+    V = engine.config.vocab_size
+    ids = synthetic.token_sequence(N, V, 7)
+    want = engine.teacher_forced_logits(ids)
+    prompts = [synthetic.token_sequence(n, V, 30 + n) for n in (21, 150, 9)]  # runs end inside a task
+    tokens, logits = engine.generate_batch(prompts, max_new=2, return_logits=True)
+    for geo in (dict(grid=3, warps=4, ring=2, tile_rows=32, seed=4, attn=1, stage=2),
+                dict(grid=2, warps=2, ring=2, tile_rows=16, seed=9, attn=32, stage=3)):
+        mm = di.MegaModel.from_pretrained(directory, max_context=512, executor="emulated", geometry=geo)
+        assert same_bits(mm.teacher_forced_logits(ids), want), (family, geo)
+        got_tokens, got_logits = mm.generate_batch(prompts, max_new=2, return_logits=True)
+        assert got_tokens == tokens, (family, geo)
+        assert all(same_bits(a, b) for a, b in zip(got_logits, logits)), (family, geo)
+
+
+def test_staged_chunks_read_each_chunk_once_per_block_task(di, models):
+    """A 32-row prompt tile at positions 256..287 (llama: 2 KV heads, a query pair each, head_dim
+    48; 4 warps, so a block task takes 4 rows): unstaged, each (row, KV head) unit reads its chunk's
+    keys and values from global memory for itself; staged, each block task copies them once for its
+    4 rows. The attention phase of that tile reads several times fewer global bytes, and its units'
+    fmas are the same."""
+    prof = importlib.import_module(di.__name__ + ".profiling")
+    directory = model_dir("llama", models)
+    prompt = synthetic.token_sequence(288, 1000, 3)
+    seen = {}
+    for stage in (0, 2):
+        mm = di.MegaModel.from_pretrained(directory, max_context=512, executor="emulated",
+                                          geometry=dict(grid=4, warps=4, ring=2, tile_rows=32, seed=0, attn=32,
+                                                        stage=stage))
+        tl = prof.work_profile(mm, [prompt], 1, capacity=4096)
+        rows = prof.work_rows(tl, mm.layer_plan())
+        chunks = [r for r in rows if r["kind"] == "attend_chunks"]
+        last = chunks[-mm.config.num_hidden_layers:]  # the last tile's: positions 256..287, 3 chunks a row
+        seen[stage] = (sum(r["global_bytes_mean"] * r["busy"] for r in last),
+                       sum(r["fmas_mean"] * r["busy"] for r in last))
+    assert seen[2][1] == seen[0][1]
+    assert seen[2][0] * 3 < seen[0][0], seen
 
 
 @pytest.mark.parametrize("bad", [33, -1])

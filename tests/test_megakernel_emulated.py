@@ -14,12 +14,13 @@ from det_fixtures.pins import MODEL_DIGESTS
 
 # (grid, warps, ring, tile_rows, schedule seed[, attn: 0 a warp per query head, C split attention[,
 # ahead: KB of weights requested before a GEMV phase's barrier[, barrier: 1 the monotonic counter[,
-# outs: weight rows a warp streams at once[, stage: 1 RESIDUAL's and PLE_GATE's inputs copied to
-# shared memory[, area_rows: the rows the normalizing phases hold in shared memory at once]]]]]])
+# outs: weight rows a warp streams at once[, stage: bits 1 RESIDUAL's and PLE_GATE's inputs, 2 split
+# attention's chunks, copied to shared memory[, area_rows: the rows the normalizing phases hold in shared memory at once]]]]]])
 # Tiles of 64 and 32 rows (prompt tiles) take the 64-token teacher and the 100-token prompt in chunks
-# of 16 rows per weight row, the last one partial; the 32-row tile 8 rows at a time (area_rows).
+# of 16 rows per weight row, the last one partial; the 32-row tile 8 rows at a time (area_rows), its
+# split attention on each block's copy of a chunk (stage 3).
 GEOMETRIES = [(1, 1, 2, 1, 0), (2, 2, 4, 2, 11, 1, 0, 1, 4, 1), (3, 1, 4, 64, 12, 0, 4, 0, 2),
-              (5, 2, 2, 4, 13, 0, 1, 1, 2, 1), (2, 4, 2, 32, 14, 32, 16, 0, 4, 1, 8)]
+              (5, 2, 2, 4, 13, 0, 1, 1, 2, 1), (2, 4, 2, 32, 14, 32, 16, 0, 4, 3, 8)]
 
 
 def geometry(g):
@@ -133,8 +134,8 @@ def test_bad_geometry_and_executor(di, tmp_root):
         di.MegaModel.from_pretrained(directory, executor="emulated", geometry={"barrier": 2})
     with pytest.raises(ValueError, match=r"outs must be 0 or 1 .* 2 or 4"):
         di.MegaModel.from_pretrained(directory, executor="emulated", geometry={"outs": 8})
-    with pytest.raises(ValueError, match=r"stage must be 0 .* or 1"):
-        di.MegaModel.from_pretrained(directory, executor="emulated", geometry={"stage": 2})
+    with pytest.raises(ValueError, match=r"stage must be 0 .* 1 .* 2 .* or 3"):
+        di.MegaModel.from_pretrained(directory, executor="emulated", geometry={"stage": 4})
     with pytest.raises(ValueError, match=r"area_rows must be 0 .* or one of 1, 2, 4, 8, 16, 32, 64, 128"):
         di.MegaModel.from_pretrained(directory, executor="emulated", geometry={"area_rows": 12})
     with pytest.raises(ValueError, match=r"tile_rows 1, 2, 4, 8, 16, 32, 64 or 128"):
@@ -197,7 +198,7 @@ def test_raw_op_refuses_bad_programs(di, tmp_root):
     with pytest.raises(ValueError, match="outs must be 0 or 1"):
         forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 0, 0, 3, 0, 0])
     with pytest.raises(ValueError, match="stage must be 0"):
-        forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 0, 0, 0, 2, 0])
+        forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 0, 0, 0, 4, 0])
     with pytest.raises(ValueError, match="area_rows must be 0"):
         forward([5], [0], geo=[2, 2, 2, 16, 0, 0, 0, 0, 0, 0, 12])
     with pytest.raises(ValueError, match=r"geometry is \[grid, warps, ring, tile_rows, seed, attn, ahead, barrier, "

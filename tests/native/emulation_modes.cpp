@@ -153,11 +153,13 @@ int main(int argc, char** argv) {
   // barrier 1): in threads mode between OS threads, under TSan. b streams its weight rows 2 at a
   // time (geometry outs 2), a and c 4 at a time (outs 4; a in passes of 16 input rows, 64
   // accumulators a lane). b and c copy RESIDUAL's and PLE_GATE's inputs into shared memory
-  // (geometry stage), a reads them from global memory. a takes
+  // (geometry stage 1), a reads them from global memory. a and c copy each chunk's keys and values
+  // into shared memory for a prompt tile's rows (stage 2: cp.async, landed by the block's wait and
+  // barrier; in threads mode under TSan, the block barriers around each copy). a takes
   // the rows in prompt tiles of 64 (152 = 64 + 64 + 24), the normalizing phases 16 rows at a time
   // (area_rows: in smem mode the exactly sized shared memory holds 16 rows, not 64).
-  const det_mk_geometry a = {3, 2, 4, 64, 5, 1, 2, 0, 4, 0, 16}, b = {2, 1, 2, 16, 6, 0, 0, 1, 2, 1},
-                        c = {3, 2, 4, 4, 7, 32, 16, 1, 4, 1};
+  const det_mk_geometry a = {3, 2, 4, 64, 5, 1, 2, 0, 4, 2, 16}, b = {2, 1, 2, 16, 6, 0, 0, 1, 2, 1},
+                        c = {3, 2, 4, 4, 7, 32, 16, 1, 4, 3};
   const Forward f0(dense), f2(nf4);
   const Generate g1(dense), g3(nf4), g4c(g4);
   if (on(0)) run_case(0, f0, dense, a, modes);

@@ -13,6 +13,7 @@ DEFAULT_GEOMETRY = {"emulated": {"grid": 2, "warps": 2, "ring": 2, "tile_rows": 
 # 0: auto (attn, ahead, barrier, outs, stage: the first design; area_rows: the whole tile, or on a GPU
 # the most of its rows that fit a block's shared memory)
 AHEAD_MAX_KB = 256  # DET_MK_AHEAD_MAX_KB
+STAGE_HEAD_DIM_MAX = 128  # DET_MK_STAGE_HEAD_DIM_MAX: geometry stage 2 copies chunks of at most this head size
 VALUE_MAX = 2**31 - 1  # the launcher's fields are C ints
 
 
@@ -68,10 +69,12 @@ def resolve_geometry(executor, geometry):
     if g["outs"] not in (0, 1, 2, 4):
         raise ValueError(f"det-infer: geometry outs must be 0 or 1 (a warp streams one weight row at a time), 2 or 4 "
                          f"(that many rows at once, each input value loaded feeding all of them), got {g['outs']!r}")
-    if g["stage"] not in (0, 1):
-        raise ValueError(f"det-infer: geometry stage must be 0 (the output projections and Gemma-4's per-layer gate "
-                         f"read their input rows from global memory) or 1 (each block copies them into its shared "
-                         f"memory once, when they fit), got {g['stage']!r}")
+    if g["stage"] not in (0, 1, 2, 3):
+        raise ValueError(f"det-infer: geometry stage must be 0 (nothing copied), 1 (each block copies the output "
+                         f"projections' and Gemma-4's per-layer gate's input rows into its shared memory once, when "
+                         f"they fit), 2 (with attn > 0, each block copies a chunk's keys and values once for the "
+                         f"rows of one sequence it takes: prompt tiles, head_dim <= {STAGE_HEAD_DIM_MAX}) or 3 "
+                         f"(both), got {g['stage']!r}")
     if g["area_rows"] not in (0, *TILE_ROWS):
         raise ValueError(f"det-infer: geometry area_rows must be 0 (the whole tile; on a GPU, the most of its rows "
                          f"that fit a block's shared memory) or one of {', '.join(map(str, TILE_ROWS))} (the rows of "
