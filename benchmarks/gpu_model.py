@@ -70,13 +70,18 @@ TILE_BYTES = 4 * 1024  # det_mk_tile in shared memory, about (rows of up to 128)
 def area_rows(c, cfg, geo):
     """Rows of a tile the block's phase area holds (geometry area_rows; det_mk_plan_geometry): those
     asked for (the whole tile for 0 or more than the tile), else the most of the tile's rows, a power
-    of two, whose shared memory fits a block (det_mk_smem_bytes: the tile, the rings, rows x (hidden
-    + 1) floats of normalized rows; the attention scratch is smaller); 0 when they do not fit."""
+    of two, whose shared memory fits a block (det_mk_smem_bytes: the tile, the rings, and the phase
+    area: rows x (hidden + 1) floats of normalized rows, or split attention's scratch with, for
+    geometry stage bit 2, a chunk's keys and values); 0 when they do not fit."""
     tile = geo["tile_rows"]  # the card's default stands for the planner's own tile, which fits
     rings = geo["warps"] * geo["ring"] * max(geo.get("outs", 0), 1) * 512
+    hd = cfg["head_dim"]
+    staged = geo.get("attn", 0) > 0 and geo.get("stage", 0) & 2 and hd <= 128  # DET_MK_STAGE_HEAD_DIM_MAX
+    scratch = 2 * (128 + hd) + 2 * hd if geo.get("attn", 0) else 2 * 128 + hd  # det_mk_attn_scratch_floats
+    attention = geo["warps"] * scratch + (2 * 128 * hd if staged else 0)  # floats
 
     def fits(rows):
-        return TILE_BYTES + rings + rows * (cfg["hidden_size"] + 1) * 4 <= c.smem_block
+        return TILE_BYTES + rings + max(rows * (cfg["hidden_size"] + 1), attention) * 4 <= c.smem_block
 
     asked = geo.get("area_rows", 0)
     rows = min(asked, tile) if asked else tile

@@ -1,6 +1,7 @@
 """benchmarks/gpu_model.py, the GPU cost model: fitted to the measured H200 runs, it must reproduce
 every one within 25% (issue 47's bar), read the plan the executors run, and answer one prediction
 from the shell. A few seconds on 2 cores."""
+import dataclasses
 import json
 import subprocess
 import sys
@@ -178,3 +179,19 @@ def test_sizes_table_is_the_predictions(fitted, capsys):
                 for g in ({}, gpu_model.LANDED, gpu_model.SWITCHES)]
         assert [float(x.replace(",", "")) for x in cells[1:4]] == [round(w) for w in want], row
     assert gpu_model.SWITCHES["outs"] == 4 and gpu_model.SWITCHES["tile_rows"] == 64
+
+
+def test_staged_chunks_take_their_share_of_the_phase_area(fitted):
+    """Geometry stage 2 with split attention puts a chunk's keys and values (2 x 128 x head_dim
+    floats, 64 KB at 64) in the phase area after the warps' scratch (det_mk_area_floats): on a card
+    whose block may hold 99 KB (sm_86's opt-in), SmolLM2's 16-row tile fits without it (37 KB of
+    rows) and not with it (80 KB of area beside 16 KB of rings and the tile); the H200 holds both.
+    Without split attention the bit stages nothing."""
+    c, _, _ = fitted
+    cfg = gpu_model.shape_config("SmolLM2-135M")
+    small = dataclasses.replace(c, smem_block=99 * 1024)
+    geo = dict(c.geometry, attn=32)
+    assert gpu_model.tile_fits(small, cfg, geo) and gpu_model.tile_fits(small, cfg, dict(geo, stage=1))
+    assert not gpu_model.tile_fits(small, cfg, dict(geo, stage=2))
+    assert gpu_model.tile_fits(small, cfg, dict(geo, stage=2, attn=0))
+    assert gpu_model.tile_fits(c, cfg, dict(geo, stage=3))
