@@ -24,8 +24,9 @@
 // layer 0 and PLE_GATE | PLE_PROJ | OUT_NORM | at the end of each layer; its KV-sharing layers skip
 // the K and V rows and read an earlier layer's cache. With geometry ahead, each phase ends by
 // requesting the next GEMV phase's first weights (its ring stages, and L2) before the barrier.
-// With geometry outs a warp streams 2 or 4 weight rows at once; with geometry stage, O, DOWN and
-// PLE_GATE first copy their input rows into the block's shared memory when they fit.
+// With geometry outs a warp streams 2 or 4 weight rows at once; with geometry stage bit 1, O, DOWN
+// and PLE_GATE first copy their input rows into the block's shared memory when they fit; with bit 2,
+// a prompt tile's split attention copies each chunk's keys and values once per block for its rows.
 //
 // Split by concern: det_mk_warp.cuh (warp primitives and the GEMV ring), det_mk_steps.cuh (the
 // steps and one tile's forward pass), and here the program loop (prefill tiles, decode steps).

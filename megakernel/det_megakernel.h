@@ -280,7 +280,8 @@ int det_mk_blocks_per_sm(const det_mk_device* d, int threads, size_t dyn_smem);
 // Fills the geometry's zero fields for the device: warps 8 (at most the kernel's launch bound),
 // ring 4, tile_rows the largest of 16 (DET_MK_TILE_AUTO_MAX), 8, 4, 2, 1 whose shared memory fits a block (when even one
 // row does not fit with a ring of 4 and the ring was left to the planner: ring 2), area_rows the
-// whole tile when it fits, else the most rows that do (a tile asked for larger), grid every
+// whole tile when it fits, else the most rows that do (a tile asked for larger), stage without bit 2
+// when a staged chunk does not fit beside the rest (planned again without it), grid every
 // block that can be resident at once. Refuses (DET_MK_ERR_GEOMETRY, with why) a geometry whose
 // blocks cannot all be resident: the grid barrier of a cooperative launch needs every block on
 // an SM together.

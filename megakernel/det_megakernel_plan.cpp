@@ -153,6 +153,7 @@ int det_mk_blocks_per_sm(const det_mk_device* d, int threads, size_t dyn_smem) {
 }
 
 int det_mk_plan_geometry(const det_llama_model* m, det_mk_geometry* g, const det_mk_device* d, const char** why) {
+  const det_mk_geometry asked = *g;
   const int max_warps = d->kernel_max_threads / 32;
   if (g->warps == 0) g->warps = min_int(8, max_warps);
   if (g->warps < 1 || g->warps > max_warps)
@@ -173,6 +174,14 @@ int det_mk_plan_geometry(const det_llama_model* m, det_mk_geometry* g, const det
     }
     if (!ring_auto || g->ring == 2 || det_mk_smem_bytes(m, g) <= smem_max) break;
     g->ring = 2;  // not even one row fits beside 4-stage rings (sm_75 and a hidden size over ~12,000)
+  }
+  // Geometry stage bit 2 copies split attention's chunks when a block holds them beside the rest (as
+  // bit 1 copies rows that fit): where it does not, the geometry is planned again without it, and
+  // the units read the chunks from L2.
+  if ((asked.stage & DET_MK_STAGE_CHUNKS) && det_mk_attn_stage_floats(m, g) > 0 && det_mk_smem_bytes(m, g) > smem_max) {
+    *g = asked;
+    g->stage &= ~DET_MK_STAGE_CHUNKS;
+    return det_mk_plan_geometry(m, g, d, why);
   }
   const int grid_asked = g->grid;
   if (g->grid == 0) g->grid = 1;  // for the range checks; set below

@@ -335,14 +335,10 @@ DET_DEV float* det_mk_staged_keys(const det_mk_ctx& c) {  // the copy, after the
   return det_mk_area_of(c.P->geo) + det_warps() * det_mk_attn_scratch_floats(&c.P->model, c.P->geo.attn);
 }
 
-// Every thread of the block: n floats (a multiple of 4, 16-byte aligned at both ends) of the KV
-// cache copied into shared memory at dst (cp.async from L2, all in flight at once), landed and
-// visible to the whole block on return.
+// Every thread of the block: its share of n floats (a multiple of 4, 16-byte aligned at both ends)
+// of the KV cache requested into shared memory at dst (cp.async from L2; the caller waits).
 DET_DEV void det_mk_block_copy_l2(float* dst, const float* src, int64_t n) {
   for (int64_t e = 4 * (int64_t)det_thread(); e < n; e += 4 * (int64_t)det_threads()) det_cp_async16_l2(dst + e, src + e);
-  det_cp_async_commit();
-  det_cp_async_wait<0>();
-  det_sync_block();
 }
 
 // A staged task's run from row b0: the rows of row b0's sequence from b0 on whose slot k is the
@@ -371,6 +367,9 @@ DET_DEV_NOINLINE int det_mk_attn_stage_run(const det_mk_ctx& c, int l, int pass,
   const int64_t k_to = (j1 - j1 % DET_KV_PANEL) * D + D * det_kv_panel_width(capacity, j1);
   det_mk_block_copy_l2(ks + k_from, kc + k_from, k_to - k_from);
   det_mk_block_copy_l2(vs + j0 * D, vc + j0 * D, (j1 + 1 - j0) * D);
+  det_cp_async_commit();  // keys and values in flight together; landed, then visible to the block
+  det_cp_async_wait<0>();
+  det_sync_block();
   return b1;
 }
 

@@ -621,7 +621,7 @@ def _device_line(a, regs, static_smem, max_threads):
             f"{d.smem_per_sm} {d.smem_per_block} {d.smem_optin} {d.smem_reserved} {regs} {max_threads} {static_smem}")
 
 
-Plan = namedtuple("Plan", "rc grid warps ring tile_rows area_rows smem ours nvidia why")
+Plan = namedtuple("Plan", "rc grid warps ring tile_rows area_rows stage smem ours nvidia why")
 
 
 def _run_harness(compiled, lines):
@@ -636,12 +636,12 @@ def _run_harness(compiled, lines):
 
 def _plans(compiled, requests):
     """requests: [(arch, regs, static_smem, hidden, head_dim, (grid, warps, ring, tile_rows[, area_rows[,
-    outs]]))] -> [Plan]."""
+    outs[, attn, stage]]]))] -> [Plan]."""
     figures = _kernel_figures(compiled)
     lines = []
     for a, regs, static_smem, hidden, head_dim, g in requests:
         lines += [_device_line(a, regs, static_smem, figures[a]["max_threads"]),
-                  f"P {hidden} {head_dim} {' '.join(map(str, (tuple(g) + (0, 0))[:6]))}"]
+                  f"P {hidden} {head_dim} {' '.join(map(str, (tuple(g) + (0,) * 4)[:8]))}"]
     out = []
     for line in _run_harness(compiled, lines):
         nums, why = line.split(" | ", 1) if " | " in line else (line.rstrip(" |"), "")
@@ -758,6 +758,10 @@ def test_planner_caps_and_refuses(compiled):
         "sm_90 1 warp": ("90", 576, 64, (0, 1, 2, 1)),
         "outs 4": ("75", 576, 64, (0, 0, 0, 0, 0, 4)),
         "sm_90 Llama-1B 64 outs 4": ("90", 2048, 64, (0, 0, 0, 64, 0, 4)),
+        # geometry stage 3 with split attention: its chunk copy, 2 x 128 x head_dim floats
+        "sm_90 staged 128": ("90", 2048, 128, (0, 0, 0, 0, 0, 0, 32, 3)),
+        "sm_75 staged 64": ("75", 576, 64, (0, 0, 0, 0, 0, 0, 32, 3)),
+        "sm_75 staged, no attn": ("75", 576, 64, (0, 0, 0, 0, 0, 0, 0, 2)),
     }
     p = dict(zip(cases, _plans(compiled, [(a, (f75 if a == "75" else f90)["regs"], s75 if a == "75" else s90, h, d, g)
                                           for a, h, d, g in cases.values()])))
@@ -782,6 +786,15 @@ def test_planner_caps_and_refuses(compiled):
     assert p["outs 4"].smem <= ARCH_LIMITS["75"].smem_optin
     big = p["sm_90 Llama-1B 64 outs 4"]
     assert (big.rc, big.ring, big.tile_rows, big.area_rows) == (0, 4, 64, 16), big
+    # Geometry stage 2: a chunk of head_dim 128 (128 KiB) fits an sm_90 block beside 16 rows of hidden
+    # 2048 and the rings; one of head_dim 64 (64 KiB, with the warps' scratch 80) does not fit sm_75's
+    # 64 KiB, so the planner drops bit 2 there and keeps bit 1 (the same plan as without it); without
+    # split attention the bit copies nothing and takes no memory.
+    st90, st75, no_attn = p["sm_90 staged 128"], p["sm_75 staged 64"], p["sm_75 staged, no attn"]
+    assert (st90.rc, st90.stage, st90.tile_rows) == (0, 3, 16) and st90.smem > 128 * KiB, st90
+    assert (st75.rc, st75.stage) == (0, 1) and st75.smem <= ARCH_LIMITS["75"].smem_optin, st75
+    assert (st75.tile_rows, st75.ring, st75.smem) == (p["grid all"].tile_rows, p["grid all"].ring, p["grid all"].smem)
+    assert (no_attn.rc, no_attn.stage, no_attn.smem) == (0, 2, p["grid all"].smem), no_attn
     # Small blocks: several per SM (registers limit them), the grid all of them.
     small = p["sm_90 1 warp"]
     assert small.rc == 0 and small.ours == small.nvidia >= 2 and small.grid == small.ours * ARCH_LIMITS["90"].sms

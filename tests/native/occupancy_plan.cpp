@@ -8,10 +8,10 @@
 //   D cc_major cc_minor sm_count max_threads_per_sm max_blocks_per_sm regs_per_sm regs_per_block
 //     smem_per_sm smem_per_block smem_per_block_optin smem_reserved kernel_regs kernel_max_threads
 //     kernel_static_smem                         the device (and compiled kernel) of the lines below
-//   P hidden head_dim grid warps ring tile_rows area_rows outs
+//   P hidden head_dim grid warps ring tile_rows area_rows outs attn stage
 //                                                plan a geometry (0: the planner's choice)
 //   O threads dyn_smem                           blocks per SM of one launch shape
-// Output, one line per P:  rc grid warps ring tile_rows area_rows smem ours nvidia | why
+// Output, one line per P:  rc grid warps ring tile_rows area_rows stage smem ours nvidia | why
 //                          (smem: of the geometry as filled in, refused or not)
 //                 per O:   ours nvidia
 // where ours is det_mk_blocks_per_sm and nvidia cudaOccMaxActiveBlocksPerMultiprocessor (with the
@@ -76,8 +76,8 @@ int main() {
     } else if (!strcmp(kind, "P")) {
       long hidden, head_dim;
       det_mk_geometry g{};
-      if (scanf("%ld %ld %d %d %d %d %d %d", &hidden, &head_dim, &g.grid, &g.warps, &g.ring, &g.tile_rows, &g.area_rows,
-                &g.outs) != 8)
+      if (scanf("%ld %ld %d %d %d %d %d %d %d %d", &hidden, &head_dim, &g.grid, &g.warps, &g.ring, &g.tile_rows,
+                &g.area_rows, &g.outs, &g.attn, &g.stage) != 10)
         return 2;
       det_llama_model m{};
       m.hidden = hidden;
@@ -88,8 +88,8 @@ int main() {
       const size_t smem = filled ? det_mk_smem_bytes(&m, &g) : 0;
       const int ours = rc == DET_MK_OK ? det_mk_blocks_per_sm(&dev, g.warps * 32, smem) : -1;
       const int nvidia = rc == DET_MK_OK ? nvidia_blocks_per_sm(g.warps * 32, smem) : -1;
-      printf("%d %d %d %d %d %d %zu %d %d | %s\n", rc, g.grid, g.warps, g.ring, g.tile_rows, g.area_rows, smem, ours,
-             nvidia, rc == DET_MK_OK ? "" : why);
+      printf("%d %d %d %d %d %d %d %zu %d %d | %s\n", rc, g.grid, g.warps, g.ring, g.tile_rows, g.area_rows, g.stage,
+             smem, ours, nvidia, rc == DET_MK_OK ? "" : why);
     } else if (!strcmp(kind, "O")) {
       int threads;
       size_t dyn;
