@@ -300,12 +300,12 @@ DET_DEV void det_mk_attn_unit_go(int64_t runs, int64_t D, float scale, const flo
 #undef DET_MK_ATTN_RUN
 }
 
-// Geometry stage 2's block tasks (det_mk_phase_attn_staged): (chunk slot k, KV head g, rows r0 ..
-// r1 - 1 of the tile), R = warps / query pairs rows a task, numbered chunk slot first. Recomputed
-// from the context where they are needed: what the staged phase holds across a unit's call adds
-// to the kernel's registers (the unit's are the kernel's most).
 // The tile, from the shared-memory base (through the context it is a local load).
 DET_DEV const det_mk_tile& det_mk_staged_tile() { return *(const det_mk_tile*)det_smem(); }
+// Geometry stage 2's block tasks (det_mk_phase_attn_staged): (chunk slot k, KV head g, rows r0 ..
+// r1 - 1 of the tile), R = max(1, warps / query pairs) rows a task, numbered chunk slot first.
+// Recomputed from the context where they are needed: what the staged phase holds across a unit's
+// call adds to the kernel's registers (the unit's are the kernel's most).
 struct det_mk_staged_task {
   int k, g, r0, r1;
 };
