@@ -241,10 +241,12 @@ def _add(a, b, k=1.0):
     return {key: a[key] + k * b[key] for key in TERMS}
 
 
-def tiles_of(prompts, tile_rows):
+def tiles_of(prompts, tile_rows, wanted_from=None):
     """The prefill tiles of prompts (lengths): rows in program order, tile_rows at a time; each
-    tile's (positions, wanted rows: the prompts' last rows in it)."""
-    rows = [(p, p == n - 1) for n in prompts for p in range(n)]
+    tile's (positions, wanted rows: the prompts' last rows in it, or with wanted_from, each prompt's
+    rows from that position on: scoring's teacher-forced rows)."""
+    first = [n - 1 for n in prompts] if wanted_from is None else wanted_from
+    rows = [(p, p >= f) for n, f in zip(prompts, first) for p in range(n)]
     return [([p for p, _ in rows[i:i + tile_rows]], sum(w for _, w in rows[i:i + tile_rows]))
             for i in range(0, len(rows), tile_rows)]
 
@@ -382,6 +384,28 @@ def predict(c, constants, shape, batch=1, position=50, prompt=0, geometry=None, 
     return s, batch / s
 
 
+def predict_score(c, constants, shape, pairs, context, continuation, geometry=None):
+    """(seconds, continuation tokens/s) of MegaModel.score_batch over `pairs` (at most 16, one
+    launch) pairs of context + continuation tokens: one forward launch of context + continuation - 1
+    rows a pair (scoring.py), the rows from the context's last on through the head, no pick; None
+    where the geometry's tile does not fit the card."""
+    cfg = shape_config(shape)
+    plan = layer_plan(cfg)
+    geo = dict(c.geometry, **(geometry or {}))
+    geo["area_rows"] = area_rows(c, cfg, geo)
+    if not geo["area_rows"]:
+        return None
+    if geo.get("barrier"):
+        constants = dict(constants, phase=max(constants["phase"] - COUNTER_SAVES_S, 0.0))
+    t = dict.fromkeys(TERMS, 0.0)
+    t["launch"] = 1.0
+    fed = [context + continuation - 1] * pairs
+    for positions, wanted in tiles_of(fed, geo["tile_rows"], wanted_from=[context - 1] * pairs):
+        t = _add(t, tile_terms(plan, cfg, geo, c.sms, positions, wanted, pick=False))
+    s = seconds(t, constants)
+    return s, pairs * continuation / s
+
+
 def cmd_predict(args):
     c, constants = fitted(args.card)
     geometry = {"attn": args.attn, "ahead": args.ahead, "barrier": args.barrier, "outs": args.outs,
@@ -471,6 +495,9 @@ LANDED = {"epilogue": "lane"}
 SWITCHES = dict(LANDED, attn=32, ahead=16, barrier=1, outs=4, tile_rows=64)
 SIZES = [(shape, 1, 0, n) for shape in ("SmolLM2-135M", "Llama-3.2-1B") for n in (16, 256, 1024, 4096)] + \
         [(shape, b, 50, 0) for shape in ("SmolLM2-135M", "Llama-3.2-1B") for b in (1, 4, 8, 16)]
+# score_batch's case (issue 49): 16 pairs of 96 context + 32 continuation tokens, as
+# benchmarks/bench_scoring.py and gpu_profile.py's score rows run it.
+SCORE = (16, 96, 32)
 
 
 def cmd_sizes(args):
@@ -486,6 +513,13 @@ def cmd_sizes(args):
         got = [predict(c, constants, shape, batch, position, prompt, geometry=g) for g in ({}, LANDED, SWITCHES)]
         cells = [f"{r[1]:,.0f}" for r in got]
         print(f"| {label} | " + " | ".join(cells) + f" | {got[2][1] / got[0][1]:.1f}x |")
+    pairs, context, continuation = SCORE
+    for shape in ("SmolLM2-135M", "Llama-3.2-1B"):
+        got = [predict_score(c, constants, shape, pairs, context, continuation, geometry=g)
+               for g in ({}, LANDED, SWITCHES)]
+        cells = [f"{r[1]:,.0f}" for r in got]
+        print(f"| {shape} score_batch {pairs} x ({context} + {continuation}), continuation tok/s | "
+              + " | ".join(cells) + f" | {got[2][1] / got[0][1]:.1f}x |")
     print("- switches: " + ", ".join(f"{k} {v}" for k, v in SWITCHES.items()))
 
 

@@ -21,6 +21,10 @@ benchmarks/gpu_model.py's prediction for the card its constants were fitted to (
   all       every switch above on at once: per-step ms at batch 1, 4, 8 and 16, and the long
             prompt's prefill (gpu_model.py sizes' last column)
   batch     per-step ms of the whole model at batch 16
+  score     score_batch of 16 pairs of 96 context + 32 continuation tokens (one call: continuation
+            tokens/s) at the default geometry and with every switch, beside the CPU engine on this
+            machine's cores with the same weights (shapes under 1 GB of weights): issue 49's "10x the
+            CPU engine's"
   prefill   tokens/s of a 16- and a 1,000-token prompt (one launch, prompt and first pick)
   timeline  one launch with the phase timeline on (det_infer.profiling): per kind of phase, its
             median length; from a block's own start, when its inputs were staged and its fastest
@@ -37,6 +41,7 @@ shape, one launch each; device_check's ncu stage picks the 5th launch: one decod
 """
 import argparse
 import importlib
+import math
 import statistics
 import sys
 import time
@@ -46,7 +51,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_gpu import PROMPT_LEN, SHAPES, config, random_weights, sync  # noqa: E402
+from bench_gpu import PROMPT_LEN, SHAPES, _shape, config, random_weights, sync  # noqa: E402
+import gpu_model  # noqa: E402  (stdlib at import; the kernel only when it predicts)
 
 
 class Bench:
@@ -108,9 +114,8 @@ class Bench:
 
 
 def predictor(card):
-    """(shape, **what) -> predicted ms or tok/s from gpu_model, or None where it cannot say."""
-    import gpu_model
-
+    """Three functions (shape, **what) -> predicted ms or tok/s from gpu_model, or None where it
+    cannot say: a decode step's ms, a prefill's tok/s, score_batch's continuation tok/s."""
     c, constants = gpu_model.fitted(card)
 
     # The kernel measured is the landed one (gpu_model.LANDED: each row's output on its own lane).
@@ -128,7 +133,14 @@ def predictor(card):
         got = gpu_model.predict(c, constants, shape, 1, prompt=prompt, geometry=dict(gpu_model.LANDED, **geo, attn=attn))
         return got and got[1]
 
-    return step, prefill
+    def score(shape, pairs, context, continuation, **geo):
+        if shape not in SHAPES:
+            return None
+        got = gpu_model.predict_score(c, constants, shape, pairs, context, continuation,
+                                      geometry=dict(gpu_model.LANDED, **geo))
+        return got and got[1]
+
+    return step, prefill, score
 
 
 ATTN = (0, 32)  # the attention's geometry: a warp per query head, and split over the grid (issue 48)
@@ -182,8 +194,59 @@ def switch_rows(b, name, long_prompt, steps, pred_step, pred_prefill):
                   flush=True)
 
 
+ENGINE_MAX_GB = 1.0  # the CPU engine scores beside the GPU for shapes of at most this many GB of weights
+
+
+def score_rows(b, name, quick, pred_score):
+    """score_batch's continuation tokens/s: the megakernel (b's executor) at its geometry and with
+    every switch, then the CPU engine with the same weights on this machine's cores, and the ratio."""
+    pairs, context, continuation = (4, 12, 4) if quick else gpu_model.SCORE
+    mm = b.model()
+    top = mm.config.vocab_size - 3
+    work = [([(31 * p + 7 * i) % top + 3 for i in range(context)],
+             [(17 * p + 5 * i) % top + 3 for i in range(continuation)]) for p in range(pairs)]
+    what = f"score_batch, {pairs} pairs of {context} + {continuation} tokens"
+
+    def rate(model, geo=None):
+        plain = model.geometry
+        if geo:  # this call only: the launcher checks the fields (a refusal is printed, not fatal)
+            model.geometry = dict(plain, **geo)
+        try:
+            return pairs * continuation / b.median(lambda: timed(model, work, b.device))
+        finally:
+            model.geometry = plain
+
+    all_geo = SWITCHES[-1][1]
+    gpu = {}
+    for label, geo in (("", None), (", all switches", all_geo)):
+        cell = refused(lambda: rate(mm, geo), 0)
+        gpu[label] = cell
+        print(f"| {what}, {b.executor}{label}, continuation tok/s | {cell} | "
+              f"{fmt(pred_score(name, pairs, context, continuation, **(geo or {})), 0)} |", flush=True)
+    cfg = mm.config
+    gb = 2 * sum(math.prod(_shape(cfg, n)) for n in b.di.names.llama_tensor_names(cfg)) / 1e9  # bf16
+    if gb > ENGINE_MAX_GB:
+        print(f"| {what}, CPU engine | not run ({gb:.1f} GB of weights) | |", flush=True)
+        return
+    engine = b.di.MegaModel(cfg, random_weights(b.di, cfg, "cpu"), device="cpu", max_context=b.max_context,
+                            executor="engine")
+    cpu = rate(engine)
+    print(f"| {what}, CPU engine ({torch.get_num_threads()} threads), continuation tok/s | {cpu:,.0f} | |", flush=True)
+    for label, cell in gpu.items():
+        ratio = f"{float(cell.replace(',', '')) / cpu:.3g}x" if not cell.startswith("refused") else "n/a"
+        print(f"| {what}, {b.executor}{label} / CPU engine | {ratio} | |", flush=True)
+
+
+def timed(model, work, device):
+    sync(device)
+    t = time.perf_counter()
+    model.score_batch(work)
+    sync(device)
+    return time.perf_counter() - t
+
+
 def profile(di, names, device, executor, reps, quick, card):
-    pred_step, pred_prefill = predictor(card)
+    pred_step, pred_prefill, pred_score = predictor(card)
     layer_counts = (1, 2) if quick else (1, 2, 4, 8, 16, None)
     positions = (50, 200) if quick else (50, 1000, 4000)
     long_prompt = 40 if quick else 1000
@@ -215,6 +278,8 @@ def profile(di, names, device, executor, reps, quick, card):
               f"{fmt(pred_prefill(name, long_prompt, attn=32), 0)} |", flush=True)
         switch_rows(b, name, long_prompt, steps, pred_step, pred_prefill)
         timeline(di, b.model(), steps=4 if quick else 8)
+        print("\n| what | measured | predicted |\n|---|---|---|")
+        score_rows(b, name, quick, pred_score)  # after the timeline, which a cut-short stage should keep
         b.models.clear()
 
 

@@ -82,6 +82,9 @@ def test_dry_run_report_files(dry_run):
     assert "attn 32, tile_rows 64, tok/s |" in md  # prompt tiles (issue 49)
     assert "| per step, batch 8, all switches, ms |" in md and "attn 32, all switches, tok/s |" in md  # sizes
     assert "Phase timeline" in md and "## Peers" in md and "| tiny | 1 |" in md
+    # score_batch beside the CPU engine (issue 49's 10x goal), its ratio a number
+    assert "emulated, all switches, continuation tok/s |" in md and "CPU engine (" in md
+    assert re.search(r"\| score_batch, 4 pairs of 12 \+ 4 tokens, emulated / CPU engine \| [\d.e+-]+x \|", md)
     assert "| a block's inputs staged, us | its fastest warp done, us |" in md  # a phase's anatomy (issue 50)
     assert "## Nsight Compute" in md and "ncu: not run (dry run)" in md
 

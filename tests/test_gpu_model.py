@@ -195,3 +195,29 @@ def test_staged_chunks_take_their_share_of_the_phase_area(fitted):
     assert not gpu_model.tile_fits(small, cfg, dict(geo, stage=2))
     assert gpu_model.tile_fits(small, cfg, dict(geo, stage=2, attn=0))
     assert gpu_model.tile_fits(c, cfg, dict(geo, stage=3))
+
+
+def test_score_tiles_want_the_continuation_rows(fitted, capsys):
+    """score_batch's launch (scoring.py): context + continuation - 1 rows a pair in program order, the
+    rows from the context's last on through the head, and no pick. Two pairs of 5 fed rows wanting
+    positions 3 and 4, in tiles of 4: (0 1 2 3 | 4 0 1 2 | 3 4) want 1, 1 and 2 rows. One pair with
+    one continuation token is a prefill of its context without the pick phase of each tile. The
+    sizes table's score rows are predict_score's."""
+    c, _, constants = fitted
+    assert gpu_model.tiles_of([5, 5], 4, wanted_from=[3, 3]) == [([0, 1, 2, 3], 1), ([4, 0, 1, 2], 1), ([3, 4], 2)]
+    assert gpu_model.tiles_of([5, 5], 4) == [([0, 1, 2, 3], 0), ([4, 0, 1, 2], 1), ([3, 4], 1)]
+    prefill, _ = gpu_model.predict(c, constants, "SmolLM2-135M", prompt=40)
+    score, tok_s = gpu_model.predict_score(c, constants, "SmolLM2-135M", 1, 40, 1)
+    assert score == pytest.approx(prefill - 3 * constants["phase"], rel=1e-12) and tok_s == pytest.approx(1 / score)
+    # More of the same rows wanted costs more (the head), never less
+    more, _ = gpu_model.predict_score(c, constants, "SmolLM2-135M", 1, 20, 21)
+    assert more > score
+    gpu_model.main(["sizes"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if "score_batch" in line]
+    pairs, context, continuation = gpu_model.SCORE
+    assert len(rows) == 2
+    for shape, row in zip(("SmolLM2-135M", "Llama-3.2-1B"), rows):
+        cells = [float(x.replace(",", "")) for x in row.strip("|").split("|")[1:4]]
+        want = [gpu_model.predict_score(c, constants, shape, pairs, context, continuation, geometry=g)[1]
+                for g in ({}, gpu_model.LANDED, gpu_model.SWITCHES)]
+        assert cells == [round(w) for w in want], row
