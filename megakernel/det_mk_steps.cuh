@@ -21,25 +21,53 @@ DET_DEV float det_mk_embedding(const det_llama_model& m, int32_t id, int64_t k) 
 
 // Every block: area rows j < nb = source rows first + j. The source of row i is tile row src_row[i]
 // (or i when src_row is null): the residual stream, or the token's embedding widened and scaled.
+// The residual stream's rows are copied with cp.async (16 bytes a thread at a time, from L2): every
+// load in flight at once, none held in registers. A plain load and store per element would take a
+// round trip each, one after another: the compiler cannot tell that the area and the stream do
+// not alias, so each store holds the next load (ceil(hidden / threads) round trips on the phase's
+// path: 3 for SmolLM2-135M, 8 for Llama-3.2-1B). The wait also covers the ring stages the phase
+// primed before it (det_mk_prime), which were requested first.
 DET_DEV void det_mk_load_rows(const det_mk_ctx& c, int first, int nb, const int32_t* src_row, bool from_embed) {
   const det_llama_model& m = c.P->model;
   const int64_t H = m.hidden;
-  const det_mk_tile& t = *c.tile;
-  for (int64_t e = det_thread(); e < nb * H; e += det_threads()) {
-    const int64_t j = e / H, k = e % H, r = src_row ? src_row[first + j] : first + j;
-    c.area[e] = from_embed ? det_mk_embedding(m, t.token[r], k) : det_ld(c.P->ws.x + r * H + k);
+  for (int j = 0; j < nb; ++j) {
+    const int64_t r = src_row ? src_row[first + j] : first + j;
+    float* dst = c.area + j * H;
+    if (from_embed) {  // layer 0's input, widened
+      const int32_t id = c.tile->token[r];
+      for (int64_t k = det_thread(); k < H; k += det_threads()) dst[k] = det_mk_embedding(m, id, k);
+      continue;
+    }
+    const float* x = c.P->ws.x + r * H;
+    for (int64_t k = 4 * (int64_t)det_thread(); k < H; k += 4 * (int64_t)det_threads()) det_cp_async16_l2(dst + k, x + k);
+  }
+  if (!from_embed) {
+    det_cp_async_commit();
+    det_cp_async_wait<0>();
   }
   det_sync_block();
 }
+
+// Weights of the norm a thread holds in registers (det_mk_norm_rows): its elements k = thread +
+// i x threads for i < this, all of a row of hidden <= 2,048 at 256 threads.
+#define DET_MK_NORM_HELD 8
 
 // Every block: area rows j < nb = rmsnorm(source row first + j) * w (docs/SPEC.md §13.2), sources
 // as in det_mk_load_rows (at layer 0 the embedding, which layer 0 also writes to the residual
 // stream). A warp per row computes the row's factor (the canonical dot); then every thread of the
 // block scales its share of the elements: one round trip for the weights w, where a warp scaling
-// a whole row alone took one per 32 elements while the other warps waited.
+// a whole row alone took one per 32 elements while the other warps waited. That round trip is
+// taken first: w does not depend on the rows, so each thread loads its share of it (the first
+// DET_MK_NORM_HELD elements, into registers) before the rows' loads, and it overlaps theirs and the
+// factor's instead of following them. The same values, the same operations.
 DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int first, int nb, const int32_t* src_row, bool from_embed,
                               const float* w) {
   const int64_t H = c.P->model.hidden;
+  float held[DET_MK_NORM_HELD];
+  DET_UNROLL for (int i = 0; i < DET_MK_NORM_HELD; ++i) {
+    const int64_t k = det_thread() + (int64_t)i * det_threads();
+    held[i] = k < H ? det_ld(w + k) : 0.0f;
+  }
   float* factor = c.area + det_mk_norm_factor_offset(&c.P->model, &c.P->geo);
   det_mk_load_rows(c, first, nb, src_row, from_embed);
   for (int j = det_warp(); j < nb; j += det_warps()) {
@@ -50,7 +78,12 @@ DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int first, int nb, const int3
   for (int j = 0; j < nb; ++j) {
     float* v = c.area + j * H;
     const float r = factor[j];
-    for (int64_t k = det_thread(); k < H; k += det_threads()) v[k] = det_rmsnorm_scale_f32(v[k], r, det_ld(w + k));
+    DET_UNROLL for (int i = 0; i < DET_MK_NORM_HELD; ++i) {
+      const int64_t k = det_thread() + (int64_t)i * det_threads();
+      if (k < H) v[k] = det_rmsnorm_scale_f32(v[k], r, held[i]);
+    }
+    for (int64_t k = det_thread() + (int64_t)DET_MK_NORM_HELD * det_threads(); k < H; k += det_threads())
+      v[k] = det_rmsnorm_scale_f32(v[k], r, det_ld(w + k));
   }
   det_sync_block();
   det_mk_stamp_ready();
@@ -77,10 +110,11 @@ DET_DEV const float* det_mk_stage_rows(const det_mk_ctx& c, const float* in, int
   if (!(c.P->geo.stage & DET_MK_STAGE_INPUTS) || (size_t)nb * (size_t)K > det_mk_area_floats(&c.P->model, &c.P->geo))
     return in;
   float* area = c.area;  // read once: a store through it might alias the by-reference context
-  for (int64_t e = 4 * (int64_t)det_thread(); e < nb * K; e += 4 * (int64_t)det_threads()) {
-    const det_vec_f32x4 v = det_load_f32x4(in + e);
-    area[e] = v.x, area[e + 1] = v.y, area[e + 2] = v.z, area[e + 3] = v.w;
-  }
+  // cp.async: every load in flight at once (det_mk_load_rows says why not a load and a store each)
+  for (int64_t e = 4 * (int64_t)det_thread(); e < nb * K; e += 4 * (int64_t)det_threads())
+    det_cp_async16_l2(area + e, in + e);
+  det_cp_async_commit();
+  det_cp_async_wait<0>();
   det_sync_block();
   det_mk_stamp_ready();
   return area;
@@ -151,7 +185,7 @@ DET_DEV det_mk_matrix_rows det_mk_matrix_rows_of(const det_mk_ctx& c, const det_
   return {w, c.gwarp, c.nwarps};
 }
 
-DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, const det_step& s, bool primed) {
+DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, const det_step& s) {
   const det_llama_model& m = c.P->model;
   const det_llama_layer& L = m.layers[s.layer];
   const det_mk_workspace& ws = c.P->ws;
@@ -171,7 +205,7 @@ DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, const det_step& s, b
         out[b * len + i] = bias ? det_add_f32(y, det_ld(bias + i)) : y;
       };
       det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, det_mk_area_of(c.P->geo), m.hidden, nb, emit,
-                      primed && first == 0);
+                      first == 0);
     });
   }
 }
@@ -218,7 +252,7 @@ DET_DEV_NOINLINE void det_mk_phase_rope(const det_mk_ctx& c, int64_t l) {
 // RESIDUAL: rows of W (H x K) over the step's input rows (att or act), plus the step's bias; the
 // result is added to the residual stream (then scaled by the layer scalar, if the step has one),
 // or, when the step normalizes it first (Gemma), kept in ws.out for det_mk_phase_out_norm.
-DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_step& s, bool primed) {
+DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_step& s) {
   const int64_t H = c.P->model.hidden;
   float* x = c.P->ws.x;
   float* out = c.P->ws.out;
@@ -236,7 +270,7 @@ DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_
       const float sum = det_add_f32(det_ld(x + b * H + n), yb);
       x[b * H + n] = s.scalar ? det_mul_f32(sum, det_ld(s.scalar)) : sum;
     };
-    det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, in, s.k, nb, emit, primed);
+    det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, in, s.k, nb, emit, true);
   });
 }
 
@@ -258,7 +292,7 @@ DET_DEV_NOINLINE void det_mk_phase_out_norm(const det_mk_ctx& c, const float* w,
 }
 
 // MLP: normalized rows; per output n the gate row then the up row, then act(gate) * up.
-DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, const det_step& s, bool primed) {
+DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, const det_step& s) {
   const det_llama_model& m = c.P->model;
   const det_llama_layer& L = m.layers[s.layer];
   const int64_t I = s.n;
@@ -276,14 +310,14 @@ DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, const det_step& s, b
         else *a = det_mul_f32(det_act_f32((int)m.act, *a), y);
       };
       det_mk_gemv<NB>(c, 2 * det_mk_items(c, I), s.k, row, det_mk_area_of(c.P->geo), m.hidden, nb, emit,
-                      primed && first == 0);
+                      first == 0);
     });
   }
 }
 
 // PLE_PROJECT (Gemma-4, before layer 0; docs/SPEC.md §13.7): ws.ple (rows, n_layers * P) =
 // fl(x·Wproj * rsqrt(H)) from each block's copy of the rows (the embedded rows: reads_embedding).
-DET_DEV_NOINLINE void det_mk_phase_ple_project(const det_mk_ctx& c, const det_step& s, bool primed) {
+DET_DEV_NOINLINE void det_mk_phase_ple_project(const det_mk_ctx& c, const det_step& s) {
   const det_llama_model& m = c.P->model;
   const int64_t H = m.hidden, LP = s.n;
   const float scale = det_ple_scales_of(H, m.ple_dim).proj;
@@ -297,7 +331,7 @@ DET_DEV_NOINLINE void det_mk_phase_ple_project(const det_mk_ctx& c, const det_st
       auto emit = [&](int64_t it, int j, float y) {  // on the lane of area row j, tile row first + j
         ple[(first + j) * LP + row.output(it)] = det_mul_f32(y, scale);
       };
-      det_mk_gemv<NB>(c, det_mk_items(c, LP), s.k, row, det_mk_area_of(c.P->geo), H, nb, emit, primed && first == 0);
+      det_mk_gemv<NB>(c, det_mk_items(c, LP), s.k, row, det_mk_area_of(c.P->geo), H, nb, emit, first == 0);
     });
   }
 }
@@ -320,7 +354,7 @@ DET_DEV_NOINLINE void det_mk_phase_ple_finish(const det_mk_ctx& c) {
 
 // PLE_GATE (Gemma-4, after the MLP): act (rows, P) = gelu(x·Wgate) * the layer's per-layer input,
 // from the residual stream itself (not normalized).
-DET_DEV_NOINLINE void det_mk_phase_ple_gate(const det_mk_ctx& c, const det_step& s, bool primed) {
+DET_DEV_NOINLINE void det_mk_phase_ple_gate(const det_mk_ctx& c, const det_step& s) {
   const det_llama_model& m = c.P->model;
   const int64_t l = s.layer;
   const int64_t H = m.hidden, P = s.n, LP = m.n_layers * P;
@@ -334,12 +368,12 @@ DET_DEV_NOINLINE void det_mk_phase_ple_gate(const det_mk_ctx& c, const det_step&
       const int64_t n = row.output(it);
       act[b * P + n] = det_mul_f32(det_act_f32(DET_ACT_GELU_TANH, y), det_ld(ple + b * LP + l * P + n));
     };
-    det_mk_gemv<NB>(c, det_mk_items(c, P), s.k, row, x, H, nb, emit, primed);
+    det_mk_gemv<NB>(c, det_mk_items(c, P), s.k, row, x, H, nb, emit, true);
   });
 }
 
 // HEAD: final norm of the wanted rows and the lm_head rows; logits go to the tile's destinations.
-DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c, const det_step& s, bool primed) {
+DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c, const det_step& s) {
   const det_llama_model& m = c.P->model;
   const det_mk_tile& t = *c.tile;
   const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
@@ -351,7 +385,7 @@ DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c, const det_step& s, 
         t.dst[first + j][row.output(it)] = m.softcap ? det_softcap_f32(y, det_ld(m.softcap)) : y;
       };
       det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, det_mk_area_of(c.P->geo), m.hidden, nw, emit,
-                      primed && first == 0);
+                      first == 0);
     });
   }
 }
@@ -484,12 +518,6 @@ DET_DEV int64_t det_mk_next_phase(const det_mk_ctx& c, int64_t i) {
   return m.n_steps;
 }
 
-// Whether GEMV step j starts primed: with geometry ahead every phase of the tile primes the next
-// (det_mk_ahead before its last barrier), so every GEMV but the tile's first phase is.
-DET_DEV_NOINLINE bool det_mk_primed(const det_mk_ctx c, int64_t j) {
-  return c.P->geo.ahead > 0 && j != det_mk_next_phase(c, -1);
-}
-
 // The weights of GEMV step s ahead (det_mk_gemv_ahead): into the ring when ring, and the first
 // geometry-ahead KB of this warp's rows into L2; its rows as many at a time, and in as many chunks,
 // as the phase's first GEMV will take them (det_mk_gemv_outs, and det_mk_gemv_chunks of its input
@@ -514,9 +542,22 @@ DET_DEV_NOINLINE void det_mk_weights_ahead(const det_mk_ctx c, const det_step& s
   else det_mk_weights_ahead_rows<4>(c, s, chunks, ring);
 }
 
+// GEMV step j's first ring stages, issued before its phase reads its inputs (the phase's first
+// GEMV is then called primed). With geometry ahead every phase of the tile has primed the next
+// (det_mk_ahead before its last barrier), so every GEMV but the tile's first phase is ready;
+// otherwise they are issued here, at the phase's start: weights never depend on activations, so
+// their DRAM round trip overlaps the phase's staging (the rows' loads, the norm) instead of
+// following it. Scheduling only: the same stages, in the same order, as the GEMV would issue.
+// Called for every step (one call in the kernel's body: each call there reloads the context).
+DET_DEV_NOINLINE void det_mk_prime(const det_mk_ctx& c, int64_t j) {
+  const det_step& s = c.P->model.steps[j];
+  if (!det_mk_is_gemv(s.kind) || (s.kind == DET_STEP_HEAD && c.tile->n_want == 0)) return;
+  if (c.P->geo.ahead == 0 || j == det_mk_next_phase(c, -1)) det_mk_weights_ahead(c, s, true);
+}
+
 // Before the last barrier of step i's phase: the next phase's weights when it is a GEMV (ring and
 // L2); after the tile's last phase, the plan's first GEMV phase into L2 only (the next tile's or
-// decode step's; the ring is primed only for a phase of the same tile, det_mk_primed).
+// decode step's; the ring is primed only for a phase of the same tile, det_mk_prime).
 DET_DEV_NOINLINE void det_mk_ahead(const det_mk_ctx c, int64_t i) {
   if (c.P->geo.ahead == 0) return;
   const det_llama_model& m = c.P->model;
@@ -535,16 +576,17 @@ DET_DEV_NOINLINE void det_mk_ahead(const det_mk_ctx c, int64_t i) {
 // Geometry ahead's invariant: every phase that runs calls det_mk_ahead just before its last grid
 // barrier, and a step skipped without a barrier is skipped by det_mk_next_phase too. A new path
 // that ends a phase otherwise would leave the next GEMV's first stages unissued while it is called
-// primed (det_mk_primed): wrong bits, which the emulated digests with ahead > 0 catch.
+// primed (det_mk_prime): wrong bits, which the emulated digests with ahead > 0 catch.
 DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
   const det_llama_model& m = c.P->model;
   for (int64_t i = 0; i < m.n_steps; ++i) {
     const det_step& s = m.steps[i];
+    det_mk_prime(c, i);  // a GEMV phase's first weights, before it reads its inputs
     switch (s.kind) {
       case DET_STEP_EMBED: det_mk_embed_rows(c); continue;
-      case DET_STEP_PLE_PROJECT: det_mk_phase_ple_project(c, s, det_mk_primed(c, i)); break;
+      case DET_STEP_PLE_PROJECT: det_mk_phase_ple_project(c, s); break;
       case DET_STEP_PLE_FINISH: det_mk_phase_ple_finish(c); break;
-      case DET_STEP_QKV: det_mk_phase_qkv(c, s, det_mk_primed(c, i)); break;
+      case DET_STEP_QKV: det_mk_phase_qkv(c, s); break;
       case DET_STEP_ROPE:
         if (det_mk_rope_in_attn()) continue;
         det_mk_phase_rope(c, s.layer);
@@ -565,10 +607,10 @@ DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
           if (pass + 1 < passes) det_mk_grid_sync(c, (int32_t)(2 * i + 1));  // the fold's state, the partials
         }
         break;
-      case DET_STEP_MLP: det_mk_phase_mlp(c, s, det_mk_primed(c, i)); break;
-      case DET_STEP_PLE_GATE: det_mk_phase_ple_gate(c, s, det_mk_primed(c, i)); break;
+      case DET_STEP_MLP: det_mk_phase_mlp(c, s); break;
+      case DET_STEP_PLE_GATE: det_mk_phase_ple_gate(c, s); break;
       case DET_STEP_RESIDUAL:
-        det_mk_phase_residual_gemv(c, s, det_mk_primed(c, i));
+        det_mk_phase_residual_gemv(c, s);
         if (s.norm) {
           det_mk_grid_sync(c, (int32_t)(2 * i));
           det_mk_phase_out_norm(c, s.norm, s.scalar);
@@ -579,7 +621,7 @@ DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
         break;
       case DET_STEP_HEAD:
         if (c.tile->n_want == 0) continue;
-        det_mk_phase_head(c, s, det_mk_primed(c, i));
+        det_mk_phase_head(c, s);
         break;
     }
     det_mk_ahead(c, i);
