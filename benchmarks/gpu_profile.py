@@ -25,6 +25,9 @@ benchmarks/gpu_model.py's prediction for the card its constants were fitted to (
             tokens/s) at the default geometry and with every switch, beside the CPU engine on this
             machine's cores with the same weights (shapes under 1 GB of weights): issue 49's "10x the
             CPU engine's"
+  sampled   per-step ms of seeded sampling (temperature 1; with top_k 50; with top_p 0.9) at batch 1
+            and 16 beside greedy, 4 steps, one repetition (--quick: batch 1, temperature 1): one
+            thread ranks the vocabulary
   prefill   tokens/s of a 16- and a 1,000-token prompt (one launch, prompt and first pick)
   timeline  one launch with the phase timeline on (det_infer.profiling): per kind of phase, its
             median length; from a block's own start, when its inputs were staged and its fastest
@@ -55,6 +58,9 @@ from bench_gpu import PROMPT_LEN, SHAPES, _shape, config, random_weights, sync  
 import gpu_model  # noqa: E402  (stdlib at import; the kernel only when it predicts)
 
 
+GREEDY = (0.0, 0, 1.0, 0.0, 0)  # generate's temperature, top_k, top_p, min_p, seed
+
+
 class Bench:
     """One shape on one executor: models by layer count, timed launches."""
 
@@ -78,13 +84,14 @@ class Bench:
                                                             executor=self.executor, geometry=geometry)
         return self.models[(layers, attn)]
 
-    def launch(self, mm, batch, prompt_len, max_new, start=0, geo=None):
+    def launch(self, mm, batch, prompt_len, max_new, start=0, geo=None, sampling=GREEDY):
         """Seconds of one generate launch: batch prompts of prompt_len tokens at positions
-        start.., then max_new - 1 decode steps; geo: geometry fields set for this launch only."""
+        start.., then max_new - 1 decode steps; geo: geometry fields set for this launch only;
+        sampling: (temperature, top_k, top_p, min_p, seed)."""
         di_ops = self.di.ops
         vocab = mm.config.vocab_size
         prompts = [[(31 * b + 7 * i) % (vocab - 3) + 3 for i in range(prompt_len)] for b in range(batch)]
-        _, args, _, _ = mm._generate_args(prompts, max_new, False, None, False, 0.0, 0, 1.0, 0.0, 0)
+        _, args, _, _ = mm._generate_args(prompts, max_new, False, None, False, *sampling)
         args = list(args)
         if start:
             args[3] = torch.full((batch,), start, dtype=torch.int64)
@@ -102,10 +109,10 @@ class Bench:
         f()  # warm-up
         return statistics.median(f() for _ in range(self.reps))
 
-    def step_ms(self, layers=None, batch=1, start=0, steps=64, attn=0, **geo):
+    def step_ms(self, layers=None, batch=1, start=0, steps=64, attn=0, sampling=GREEDY, **geo):
         mm = self.model(layers, attn)
-        long = self.median(lambda: self.launch(mm, batch, PROMPT_LEN, steps, start, geo))
-        one = self.median(lambda: self.launch(mm, batch, PROMPT_LEN, 1, start, geo))
+        long = self.median(lambda: self.launch(mm, batch, PROMPT_LEN, steps, start, geo, sampling))
+        one = self.median(lambda: self.launch(mm, batch, PROMPT_LEN, 1, start, geo, sampling))
         return 1e3 * (long - one) / (steps - 1)
 
     def prefill_tok_s(self, prompt_len, attn=0, **geo):
@@ -237,6 +244,33 @@ def score_rows(b, name, quick, pred_score):
         print(f"| {what}, {b.executor}{label} / CPU engine | {ratio} | |", flush=True)
 
 
+# Seeded sampling inside the launch (docs/SPEC.md §15): the block's threads compute z, m and e, then
+# one thread ranks the vocabulary by a heap (det_sample_walk): all of it when no filter stops the
+# walk. Measured per step beside greedy, a few steps and one repetition (a step may take far longer).
+SAMPLED = (("temperature 1", (1.0, 0, 1.0, 0.0, 7)), ("temperature 1, top_k 50", (1.0, 50, 1.0, 0.0, 7)),
+           ("temperature 1, top_p 0.9", (1.0, 0, 0.9, 0.0, 7)))
+SAMPLED_STEPS = 4
+SAMPLED_MAX_S = 8.0  # the rows stop once one takes longer than this
+
+
+def sampled_rows(b, quick):
+    """Per-step ms of seeded sampling at batch 1 and 16 beside greedy (the same few steps)."""
+    reps, b.reps = b.reps, 1
+    try:
+        for batch in (1,) if quick else (1, 16):
+            print(f"| per step, batch {batch}, greedy ({SAMPLED_STEPS} steps), ms | "
+                  f"{b.step_ms(batch=batch, steps=SAMPLED_STEPS):.3f} | |", flush=True)
+            for label, sampling in SAMPLED[:1] if quick else SAMPLED:
+                t = time.perf_counter()
+                ms = b.step_ms(batch=batch, steps=SAMPLED_STEPS, sampling=sampling)
+                print(f"| per step, batch {batch}, sampled, {label}, ms | {ms:.3f} | |", flush=True)
+                if time.perf_counter() - t > SAMPLED_MAX_S:
+                    print(f"| sampled rows stopped: that row took over {SAMPLED_MAX_S:.0f} s | | |", flush=True)
+                    return
+    finally:
+        b.reps = reps
+
+
 def timed(model, work, device):
     sync(device)
     t = time.perf_counter()
@@ -280,6 +314,7 @@ def profile(di, names, device, executor, reps, quick, card):
         timeline(di, b.model(), steps=4 if quick else 8)
         print("\n| what | measured | predicted |\n|---|---|---|")
         score_rows(b, name, quick, pred_score)  # after the timeline, which a cut-short stage should keep
+        sampled_rows(b, quick)
         b.models.clear()
 
 

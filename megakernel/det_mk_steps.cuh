@@ -48,26 +48,15 @@ DET_DEV void det_mk_load_rows(const det_mk_ctx& c, int first, int nb, const int3
   det_sync_block();
 }
 
-// Weights of the norm a thread holds in registers (det_mk_norm_rows): its elements k = thread +
-// i x threads for i < this, all of a row of hidden <= 2,048 at 256 threads.
-#define DET_MK_NORM_HELD 8
-
 // Every block: area rows j < nb = rmsnorm(source row first + j) * w (docs/SPEC.md §13.2), sources
 // as in det_mk_load_rows (at layer 0 the embedding, which layer 0 also writes to the residual
 // stream). A warp per row computes the row's factor (the canonical dot); then every thread of the
 // block scales its share of the elements: one round trip for the weights w, where a warp scaling
-// a whole row alone took one per 32 elements while the other warps waited. That round trip is
-// taken first: w does not depend on the rows, so each thread loads its share of it (the first
-// DET_MK_NORM_HELD elements, into registers) before the rows' loads, and it overlaps theirs and the
-// factor's instead of following them. The same values, the same operations.
+// a whole row alone took one per 32 elements while the other warps waited. (Holding its share of w
+// in registers from the start, to take that round trip beside the rows', spilled sm_120's kernel.)
 DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int first, int nb, const int32_t* src_row, bool from_embed,
                               const float* w) {
   const int64_t H = c.P->model.hidden;
-  float held[DET_MK_NORM_HELD];
-  DET_UNROLL for (int i = 0; i < DET_MK_NORM_HELD; ++i) {
-    const int64_t k = det_thread() + (int64_t)i * det_threads();
-    held[i] = k < H ? det_ld(w + k) : 0.0f;
-  }
   float* factor = c.area + det_mk_norm_factor_offset(&c.P->model, &c.P->geo);
   det_mk_load_rows(c, first, nb, src_row, from_embed);
   for (int j = det_warp(); j < nb; j += det_warps()) {
@@ -78,12 +67,7 @@ DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int first, int nb, const int3
   for (int j = 0; j < nb; ++j) {
     float* v = c.area + j * H;
     const float r = factor[j];
-    DET_UNROLL for (int i = 0; i < DET_MK_NORM_HELD; ++i) {
-      const int64_t k = det_thread() + (int64_t)i * det_threads();
-      if (k < H) v[k] = det_rmsnorm_scale_f32(v[k], r, held[i]);
-    }
-    for (int64_t k = det_thread() + (int64_t)DET_MK_NORM_HELD * det_threads(); k < H; k += det_threads())
-      v[k] = det_rmsnorm_scale_f32(v[k], r, det_ld(w + k));
+    for (int64_t k = det_thread(); k < H; k += det_threads()) v[k] = det_rmsnorm_scale_f32(v[k], r, det_ld(w + k));
   }
   det_sync_block();
   det_mk_stamp_ready();
@@ -464,7 +448,19 @@ DET_DEV_NOINLINE void det_mk_phase_argmax(const det_mk_ctx& c) {
       continue;
     float v = det_ld(lg);
     int32_t id = 0;
-    for (int64_t n = det_thread(); n < V; n += det_threads()) {
+    // Four logits per 16-byte load where the row is aligned, the rest one at a time: a compare
+    // waits for its load, so a loop of one load and one compare took a round trip per logit (192 in
+    // a row per thread for a 49,152-token vocabulary). Any order of the compares gives the same id
+    // (a total order). (Eight or four scalar loads held at once spilled the kernel's entry.)
+    const int64_t V4 = ((uintptr_t)lg & 15) == 0 ? V / 4 * 4 : 0;
+    for (int64_t n = 4 * (int64_t)det_thread(); n < V4; n += 4 * (int64_t)det_threads()) {
+      const det_vec_f32x4 q = det_load_f32x4(lg + n);
+      if (det_argmax_better(q.x, n, v, id)) v = q.x, id = (int32_t)n;
+      if (det_argmax_better(q.y, n + 1, v, id)) v = q.y, id = (int32_t)(n + 1);
+      if (det_argmax_better(q.z, n + 2, v, id)) v = q.z, id = (int32_t)(n + 2);
+      if (det_argmax_better(q.w, n + 3, v, id)) v = q.w, id = (int32_t)(n + 3);
+    }
+    for (int64_t n = V4 + det_thread(); n < V; n += det_threads()) {
       const float ln = det_ld(lg + n);
       if (det_argmax_better(ln, n, v, id)) v = ln, id = (int32_t)n;
     }

@@ -20,7 +20,7 @@
 #   bench           50   20  benchmarks/bench_gpu.py (decode tok/s, b1 and b16), SM clock sampled;
 #                            a row per model as it finishes (over budget only below ~3% of the
 #                            copy bandwidth)
-#   profile        180  110  benchmarks/gpu_profile.py: per-step ms against layers, context (~50,
+#   profile        210  120  benchmarks/gpu_profile.py: per-step ms against layers, context (~50,
 #                            ~1,000, ~4,000; attn 0 and 32) and batch 16, prefill tok/s of 16- and
 #                            1,000-token prompts, batch 1 and 16 and the long prefill with geometry
 #                            ahead 16, batch 1 and 16 with barrier 1, the same three with outs 4,
@@ -28,8 +28,9 @@
 #                            every switch at once (batch 1, 4, 8, 16 and the long prefill; ~20 s
 #                            more), the phase timeline, then score_batch of 16 pairs (96 + 32
 #                            tokens) at the default and with every switch, beside the CPU engine
-#                            on the device's cores (SmolLM2; ~25 s more); each beside
-#                            gpu_model.py's prediction
+#                            on the device's cores (SmolLM2; ~25 s more), then seeded sampling's
+#                            per-step ms at batch 1 and 16 beside greedy (4 steps; the rows stop
+#                            after one over 8 s); each beside gpu_model.py's prediction
 #   peers           60   30  benchmarks/peer_torch.py: a stock PyTorch decode step of the same shapes
 #                            as a CUDA graph, and its prefill; the report divides det-infer by it
 #   accuracy        50   20  benchmarks/contract_accuracy.py --device cuda, 10M inputs (2M took 5 s
@@ -41,7 +42,7 @@
 #                            SmolLM2's 512-token prefill with attn 32 and tile_rows 64 (each
 #                            profile at most 50 s, the rebuild ~40 s); absent or failing, it says
 #                            so and passes. Last: it gets what the deadline leaves
-#   total          480  ~405 7 min expected, 8 min at most (the deadline trims the last stages).
+#   total          480  ~415 7 min expected, 8 min at most (the deadline trims the last stages).
 #                            With the machine's start (~30 s) a first run takes ~8 of the 15
 #                            minutes, leaving room for a second.
 #
@@ -71,7 +72,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 SELF="$ROOT/scripts/device_check.sh"
 STAGE_ORDER=(preflight build smoke geometry digests bench profile peers accuracy ncu)
-declare -A BUDGET=([preflight]=30 [build]=180 [smoke]=60 [geometry]=20 [digests]=90 [bench]=50 [profile]=180
+declare -A BUDGET=([preflight]=30 [build]=180 [smoke]=60 [geometry]=20 [digests]=90 [bench]=50 [profile]=210
                    [peers]=60 [accuracy]=50 [ncu]=200)
 RESERVE=10   # seconds kept back from the deadline for the last report
 

@@ -85,6 +85,7 @@ def test_dry_run_report_files(dry_run):
     # score_batch beside the CPU engine (issue 49's 10x goal), its ratio a number
     assert "emulated, all switches, continuation tok/s |" in md and "CPU engine (" in md
     assert re.search(r"\| score_batch, 4 pairs of 12 \+ 4 tokens, emulated / CPU engine \| [\d.e+-]+x \|", md)
+    assert re.search(r"\| per step, batch 1, sampled, temperature 1, ms \| [\d.]+ \|", md)  # beside greedy
     assert "| a block's inputs staged, us | its fastest warp done, us |" in md  # a phase's anatomy (issue 50)
     assert "## Nsight Compute" in md and "ncu: not run (dry run)" in md
 
