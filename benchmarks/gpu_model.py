@@ -362,18 +362,29 @@ def cmd_fit(args):
 
 
 # ---- predictions ----------------------------------------------------------------------------------
-def predict(c, constants, shape, batch=1, position=50, prompt=0, geometry=None, overrides=None):
-    """(seconds, tokens/s): one decode step of `batch` rows at `position`, or with `prompt`, the
-    prefill of `batch` prompts of that length (tokens/s = prompt tokens per second); None where the
-    geometry's tile does not fit the card (tile_fits)."""
+def _launch_setup(c, constants, shape, geometry=None, overrides=None):
+    """(cfg, plan, geo, constants) of a predicted launch: the card's geometry with the given fields,
+    the planner's area rows, and with geometry barrier 1 every phase the counter's measured gain
+    faster (every phase ends at a grid barrier); None where the tile does not fit the card."""
     cfg = shape_config(shape, overrides)
     plan = layer_plan(cfg)
     geo = dict(c.geometry, **(geometry or {}))
     geo["area_rows"] = area_rows(c, cfg, geo)
     if not geo["area_rows"]:
         return None
-    if geo.get("barrier"):  # every phase ends at a grid barrier: each one the counter's measured gain faster
+    if geo.get("barrier"):
         constants = dict(constants, phase=max(constants["phase"] - COUNTER_SAVES_S, 0.0))
+    return cfg, plan, geo, constants
+
+
+def predict(c, constants, shape, batch=1, position=50, prompt=0, geometry=None, overrides=None):
+    """(seconds, tokens/s): one decode step of `batch` rows at `position`, or with `prompt`, the
+    prefill of `batch` prompts of that length (tokens/s = prompt tokens per second); None where the
+    geometry's tile does not fit the card (tile_fits)."""
+    setup = _launch_setup(c, constants, shape, geometry, overrides)
+    if setup is None:
+        return None
+    cfg, plan, geo, constants = setup
     if prompt:
         t = launch_terms(plan, cfg, geo, c.sms, batch, prompt, 0)
         s = seconds(t, constants)
@@ -389,14 +400,10 @@ def predict_score(c, constants, shape, pairs, context, continuation, geometry=No
     launch) pairs of context + continuation tokens: one forward launch of context + continuation - 1
     rows a pair (scoring.py), the rows from the context's last on through the head, no pick; None
     where the geometry's tile does not fit the card."""
-    cfg = shape_config(shape)
-    plan = layer_plan(cfg)
-    geo = dict(c.geometry, **(geometry or {}))
-    geo["area_rows"] = area_rows(c, cfg, geo)
-    if not geo["area_rows"]:
+    setup = _launch_setup(c, constants, shape, geometry)
+    if setup is None:
         return None
-    if geo.get("barrier"):
-        constants = dict(constants, phase=max(constants["phase"] - COUNTER_SAVES_S, 0.0))
+    cfg, plan, geo, constants = setup
     t = dict.fromkeys(TERMS, 0.0)
     t["launch"] = 1.0
     fed = [context + continuation - 1] * pairs
