@@ -2,7 +2,8 @@
 // contract operation in a fixed order; the result depends on the logits, the parameters, the seed
 // and the position only. The executors run these steps in their own way, with the same bits: the CPU
 // engine with its vectorized exp and a radix ranking (det_infer_cpu/det_sample_cpu.cpp), the
-// megakernel with the block's threads for the elementwise steps and one thread for the walk.
+// megakernel with the block's threads for the elementwise steps and a radix ranking by the block
+// (megakernel/det_mk_sample.cuh). A NaN weight takes the heap below on both: it defines the order.
 //
 //   temperature == 0: the argmax (§10). Any NaN or infinite logit: the argmax too.
 //   z_i = fl(logit_i / T); m = max z; e_i = exp(fl(z_i - m)) (so the top e is exactly 1).

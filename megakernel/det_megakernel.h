@@ -135,7 +135,8 @@ struct det_mk_workspace {
   float* logits;  // (min(rows, DET_MK_SEQ_MAX), vocab) generate mode without step_logits (one wanted row a sequence)
   float* sincos;  // (rows, rope_pairs, 2) the rows' rope (sin, cos), every table's pairs
   float* sample_e;        // (min(rows, DET_MK_SEQ_MAX), vocab) the sampler's weights e (det_sample.h)
-  int32_t* sample_heap;   // (min(rows, DET_MK_SEQ_MAX), vocab)
+  uint64_t* sample_rank;  // (min(rows, DET_MK_SEQ_MAX), 2, vocab) the ranking's (key, id) pairs, two
+                          // buffers a row (det_mk_sample.cuh); the heap walk's scratch when it runs
   int32_t* next_token;   // (DET_MK_SEQ_MAX,) each sequence's latest argmax
   unsigned int* barrier; // (2,) the grid barrier (geometry barrier 1: one 64-bit count); zero before launch
   // Split attention (geometry attn > 0): per (row, query head) and chunk of the pass, the chunk's
@@ -207,6 +208,16 @@ DET_MK_HD size_t det_mk_attn_stage_floats(const det_llama_model* m, const det_mk
   const bool on = g->attn > 0 && (g->stage & DET_MK_STAGE_CHUNKS) && m->head_dim <= DET_MK_STAGE_HEAD_DIM_MAX;
   return on ? 2 * 128 * (size_t)m->head_dim : 0;
 }
+// The sampler's ranking (det_mk_sample.cuh): a stable radix sort of 30-bit keys, 6 bits a pass, with
+// a count per (bin, warp) for the pass it runs and for the next.
+#define DET_MK_RANK_BITS 6
+#define DET_MK_RANK_PASSES 5
+#define DET_MK_RANK_BINS (1 << DET_MK_RANK_BITS)
+// Words of the phase area a sampled pick takes (more than a greedy one): per warp a maximum, then
+// m, S and two flags, a warp's 32 weights for the walk, and the two count tables.
+DET_MK_HD size_t det_mk_sample_area_floats(int warps) {
+  return (size_t)warps + 4 + 32 + 2 * DET_MK_RANK_BINS * (size_t)warps;
+}
 // The norm factors of the area's rows follow them in the phase area.
 DET_MK_HD size_t det_mk_norm_factor_offset(const det_llama_model* m, const det_mk_geometry* g) {
   return (size_t)det_mk_area_rows(g) * (size_t)m->hidden;
@@ -215,7 +226,7 @@ DET_MK_HD size_t det_mk_norm_factor_offset(const det_llama_model* m, const det_m
 DET_MK_HD size_t det_mk_area_floats(const det_llama_model* m, const det_mk_geometry* g) {
   size_t area = det_mk_norm_factor_offset(m, g) + (size_t)det_mk_area_rows(g);
   const size_t attn = (size_t)g->warps * det_mk_attn_scratch_floats(m, g->attn) + det_mk_attn_stage_floats(m, g);
-  const size_t argmax = 2 * (size_t)g->warps + 3;
+  const size_t argmax = det_mk_sample_area_floats(g->warps);
   area = area > attn ? area : attn;
   return area > argmax ? area : argmax;
 }

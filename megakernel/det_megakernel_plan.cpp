@@ -35,7 +35,8 @@ int fail(const char** why, int code, const char* text) {
 
 size_t det_mk_workspace_bytes(const det_llama_model* m, int tile_rows) {
   const Sizes s = sizes(m, tile_rows);
-  const int64_t words = 2 * s.x + s.q + 2 * s.kv + s.att + s.act + s.ple + 3 * s.logits + s.sincos + s.attn_part +
+  // logits and the sampler's e: a word each per logit; its ranking: two 64-bit pairs
+  const int64_t words = 2 * s.x + s.q + 2 * s.kv + s.att + s.act + s.ple + 6 * s.logits + s.sincos + s.attn_part +
                         s.attn_run;  // fp32 or int32
   return (size_t)words * 4 + DET_MK_SEQ_MAX * sizeof(int32_t) + 4 * sizeof(unsigned int);
 }
@@ -57,7 +58,7 @@ det_mk_workspace det_mk_workspace_carve(const det_llama_model* m, int tile_rows,
   w.attn_part = f; f += s.attn_part;
   w.attn_run = f; f += s.attn_run;
   w.sample_e = f; f += s.logits;
-  w.sample_heap = (int32_t*)f; f += s.logits;
+  w.sample_rank = (uint64_t*)f; f += 4 * s.logits;
   w.next_token = (int32_t*)f;
   w.barrier = (unsigned int*)(w.next_token + DET_MK_SEQ_MAX);
   return w;

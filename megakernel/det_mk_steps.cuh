@@ -10,6 +10,7 @@
 #include "../contract/det_norm.h"
 #include "../contract/det_trig.h"
 #include "det_mk_attn_group.cuh"
+#include "det_mk_sample.cuh"
 #include "det_mk_warp.cuh"
 
 // ---- phases -------------------------------------------------------------------------------------
@@ -374,67 +375,10 @@ DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c, const det_step& s) 
   }
 }
 
-// The canonical sum (§9, sum form) of x[0..K) on one warp, returned on every lane.
-DET_DEV float det_mk_warp_sum_f32(const float* x, int64_t K) {
-  float acc[1] = {0.0f};
-  for (int64_t k0 = DET_REDUCE_RUN * det_lane(); k0 < K; k0 += DET_REDUCE_BLOCK)
-    for (int i = 0; i < DET_REDUCE_RUN && k0 + i < K; ++i) acc[0] = det_add_f32(acc[0], x[k0 + i]);
-  det_mk_warp_tree<1>(acc);
-  det_shfl_idx_n(acc, 1, 0);
-  return acc[0];
-}
-
-// A sampled pick (det_sample.h) by the block: the elementwise steps and the max over the block's
-// threads, the canonical sum on warp 0, the walk on thread 0. Returns false (nothing written)
-// when a logit is not finite: the caller then takes the argmax, as the contract says.
-DET_DEV bool det_mk_sample(const det_mk_ctx& c, const float* lg, const det_sample_params& sp, int64_t position,
-                           int j, int s) {
-  const int64_t V = c.P->model.vocab;
-  float* e = c.P->ws.sample_e + j * V;
-  float* part = c.area;  // per-warp maxima, then [warps]: m, [warps + 1]: S, [warps + 2]: non-finite flag
-  const int nw = det_warps();
-  if (det_thread() == 0) part[nw + 2] = 0.0f;
-  det_sync_block();
-  float mx = det_sample_scaled(lg[0], sp);
-  for (int64_t i = det_thread(); i < V; i += det_threads()) {
-    if (!det_sample_finite(lg[i])) part[nw + 2] = 1.0f;  // any thread may raise it
-    e[i] = det_sample_scaled(lg[i], sp);
-    mx = e[i] > mx ? e[i] : mx;
-  }
-  det_shfl_down_combine_n(&mx, 1, 16, [](float a, float b) { return b > a ? b : a; });
-  det_shfl_down_combine_n(&mx, 1, 8, [](float a, float b) { return b > a ? b : a; });
-  det_shfl_down_combine_n(&mx, 1, 4, [](float a, float b) { return b > a ? b : a; });
-  det_shfl_down_combine_n(&mx, 1, 2, [](float a, float b) { return b > a ? b : a; });
-  det_shfl_down_combine_n(&mx, 1, 1, [](float a, float b) { return b > a ? b : a; });
-  if (det_lane() == 0) part[det_warp()] = mx;
-  det_sync_block();
-  if (part[nw + 2] != 0.0f) {
-    det_sync_block();  // everyone has read the flag before the area is reused
-    return false;
-  }
-  if (det_thread() == 0) {
-    for (int w = 1; w < nw; ++w) mx = part[w] > mx ? part[w] : mx;
-    part[nw] = mx;
-  }
-  det_sync_block();
-  const float m = part[nw];
-  for (int64_t i = det_thread(); i < V; i += det_threads()) e[i] = det_sample_weight(e[i], m);
-  det_sync_block();
-  if (det_warp() == 0) {
-    const float S = det_mk_warp_sum_f32(e, V);
-    if (det_lane() == 0) part[nw + 1] = S;
-  }
-  det_sync_block();
-  if (det_thread() == 0)
-    c.P->ws.next_token[s] = det_sample_walk(e, V, part[nw + 1], sp, position, c.P->ws.sample_heap + j * V);
-  det_sync_block();
-  return true;
-}
-
 // ARGMAX: block j (mod grid) picks wanted row j's next token and records it for its sequence. A
 // greedy pick ranks the logits by the total order of det_argmax.h over the block's threads (any
-// partition gives the same id); a sampled one has the block compute z, m and e and thread 0 walk
-// the ranks (det_sample_walk; docs/SPEC.md §15).
+// partition gives the same id); a sampled one has the block compute z, m and e, rank them and walk
+// the ranks (det_mk_sample.cuh; docs/SPEC.md §15).
 DET_DEV_NOINLINE void det_mk_phase_argmax(const det_mk_ctx& c) {
   const det_mk_tile& t = *c.tile;
   const det_mk_program& p = c.P->prog;

@@ -70,6 +70,13 @@ template <typename T>
 DET_DEV void det_shfl_xor_n(T* v, int n, int mask) {
   for (int i = 0; i < n; ++i) v[i] = __shfl_xor_sync(0xffffffffu, v[i], mask);
 }
+// The warp's lanes whose p is true, bit i for lane i (every lane takes part); a count of a word's
+// ones; an add to a shared-memory word that other threads of the block may add to at once.
+DET_DEV uint32_t det_ballot(bool p) { return __ballot_sync(0xffffffffu, p); }
+DET_DEV int det_popc(uint32_t x) { return __popc(x); }
+DET_DEV void det_atomic_add_shared(int* p, int v) {  // a shared-memory reduction (never a generic atomic)
+  asm volatile("red.shared.add.s32 [%0], %1;\n" ::"r"((unsigned)__cvta_generic_to_shared(p)), "r"(v) : "memory");
+}
 // In place, one value at a time: no second copy of v lives in registers.
 template <typename T, class F>
 DET_DEV void det_shfl_down_combine_n(T* v, int n, int delta, F f) {
@@ -204,6 +211,7 @@ void sync_grid(unsigned int* bar, unsigned long long arrivals);  // arrivals 0: 
 // __shfl_sync / __shfl_down_sync / __shfl_xor_sync do.
 enum { DET_SHFL_IDX = 0, DET_SHFL_DOWN = 1, DET_SHFL_XOR = 2 };
 void exchange(uint32_t* words, int n, int src, int mode);
+uint32_t ballot(bool p);  // a rendezvous like exchange: bit i is lane i's p
 // Deferred async copies (DET_SIMT_MODES=async): nonzero while a launch in that mode runs.
 extern int deferred_async;
 // The work profile: nonzero while a launch that counts runs (det_simt_host.h's WorkProfile).
@@ -260,6 +268,10 @@ DET_DEV void det_shfl_n(T* v, int n, int src, int mode) {
   det_simt_host::exchange(w, n, src, mode);
   for (int i = 0; i < n; ++i) memcpy(&v[i], &w[i], 4);
 }
+DET_DEV uint32_t det_ballot(bool p) { return det_simt_host::ballot(p); }
+DET_DEV int det_popc(uint32_t x) { return __builtin_popcount(x); }
+// A block's fibers run on one OS thread in every mode and switch only at a rendezvous: a plain add.
+DET_DEV void det_atomic_add_shared(int* p, int v) { *p += v; }
 template <typename T>
 DET_DEV void det_shfl_down_n(T* v, int n, int delta) { det_shfl_n(v, n, delta, det_simt_host::DET_SHFL_DOWN); }
 template <typename T>

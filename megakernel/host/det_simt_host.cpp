@@ -440,19 +440,36 @@ void sync_grid(unsigned int* bar, unsigned long long arrivals) {
 
 // Two buffers alternate: a lane can be at most one exchange ahead of the slowest lane of its warp
 // (the next exchange's rendezvous waits for it), so the buffer it writes is never one still read.
-void exchange(uint32_t* words, int n, int src, int mode) {
+// Every lane of the warp offers n words; returns the buffer holding all lanes' offers, once all
+// have arrived.
+using LaneWords = uint32_t[kMaxWords];
+static LaneWords* offer(const uint32_t* words, int n) {
   Launch* L = g_sched->L;
   Fiber* f = g_sched->cur;
   if (n > kMaxWords) abort();
-  const int warp = (f->bid * L->block + f->tid) / DET_WARP, lane = f->tid % DET_WARP;
+  const int warp = (f->bid * L->block + f->tid) / DET_WARP;
   WarpExchange& x = L->xch[warp];
   const int ph = f->xphase;
   f->xphase ^= 1;
-  memcpy(x.words[ph][lane], words, n * sizeof(uint32_t));
+  memcpy(x.words[ph][f->tid % DET_WARP], words, n * sizeof(uint32_t));
   arrive(L->warp_bar[warp]);
+  return x.words[ph];
+}
+
+void exchange(uint32_t* words, int n, int src, int mode) {
+  const int lane = g_sched->cur->tid % DET_WARP;
+  LaneWords* all = offer(words, n);
   int from = mode == DET_SHFL_DOWN ? lane + src : mode == DET_SHFL_XOR ? lane ^ src : src;
   if (from < 0 || from >= DET_WARP) from = lane;
-  memcpy(words, x.words[ph][from], n * sizeof(uint32_t));
+  memcpy(words, all[from], n * sizeof(uint32_t));
+}
+
+uint32_t ballot(bool p) {
+  const uint32_t w = p ? 1u : 0u;
+  LaneWords* all = offer(&w, 1);
+  uint32_t bits = 0;
+  for (int l = 0; l < DET_WARP; ++l) bits |= all[l][0] << l;
+  return bits;
 }
 
 void cp_async(void* dst, const void* src, int bytes) {

@@ -1,0 +1,231 @@
+// det_mk_sample.cuh: a sampled pick by one block (docs/SPEC.md §15, contract/det_sample.h). The
+// block computes z, m and e, warp 0 the canonical sum S. Then, when every weight lies in [+0, 1]
+// (always, unless the temperature is so small that some z overflows), the block ranks the
+// vocabulary by a stable radix sort, warp 0 walks the ranks with the contract's filters and keeps
+// the running sums, and thread 0 finds the draw among them by a binary search. Otherwise thread 0
+// runs the contract's heap walk, which defines the order (a NaN weight is not a sort's).
+//
+// The ranks are the contract's: weights in [+0, 1] compare as their bits do, so an ascending sort
+// of key = DET_MK_RANK_TOP - bits is e descending, and a stable sort of (key, id) pairs that start in
+// id order keeps equal weights in id order. The sort is least significant digit first, 6 bits a
+// pass (det_megakernel.h), each pass stable: warp w takes the w-th of det_warps() equal chunks of
+// the sequence, 32 pairs at a time, and a pair's place is the count of pairs before it with its
+// digit: in lower (digit, warp) bins (a scan of the counts), earlier in its warp's chunk, and at
+// lower lanes of its 32 (a ballot per digit bit). Each pass counts the next pass's bins as it
+// places the pairs (integer adds, in any order).
+//
+// Cost per sampled token (V = 49,152, 8 warps): 5 passes of V/256 steps a warp, each one coalesced
+// 8-byte load, 7 ballots and a scattered store; then a walk of V dependent adds by warp 0, where the
+// contract's heap took about 750,000 dependent sift levels on one thread.
+#pragma once
+
+#include "../contract/det_sample.h"
+#include "det_mk_warp.cuh"
+
+#define DET_MK_RANK_TOP 0x3FFFFFFFu  // 30 bits: every key of a weight in [+0, 1] lies below it
+#define DET_MK_RANK_E_MAX 0x3F800000u  // the bits of 1.0f, the largest weight
+
+DET_DEV uint64_t det_mk_rank_pair(float e, int64_t id) {
+  return (uint64_t)(DET_MK_RANK_TOP - det_f32_bits(e)) << 32 | (uint32_t)id;
+}
+DET_DEV float det_mk_rank_weight(uint64_t pair) { return det_bits_f32(DET_MK_RANK_TOP - (uint32_t)(pair >> 32)); }
+DET_DEV int det_mk_rank_digit(uint64_t pair, int pass) {
+  return (int)(pair >> (32 + DET_MK_RANK_BITS * pass)) & (DET_MK_RANK_BINS - 1);
+}
+
+// The canonical sum (§9, sum form) of x[0..K) on one warp, returned on every lane.
+DET_DEV float det_mk_warp_sum_f32(const float* x, int64_t K) {
+  float acc[1] = {0.0f};
+  for (int64_t k0 = DET_REDUCE_RUN * det_lane(); k0 < K; k0 += DET_REDUCE_BLOCK)
+    for (int i = 0; i < DET_REDUCE_RUN && k0 + i < K; ++i) acc[0] = det_add_f32(acc[0], x[k0 + i]);
+  det_mk_warp_tree<1>(acc);
+  det_shfl_idx_n(acc, 1, 0);
+  return acc[0];
+}
+
+// On one warp: count[0..n) (n a multiple of 32) becomes its exclusive prefix sums.
+DET_DEV void det_mk_rank_scan(int* count, int n) {
+  const int lane = det_lane(), per = n / DET_WARP, lo = lane * per;
+  int sum = 0;
+  for (int i = 0; i < per; ++i) sum += count[lo + i];
+  int below = sum;  // inclusive over lanes 0..lane, by doubling steps
+  for (int d = 1; d < DET_WARP; d *= 2) {
+    int v = below;
+    det_shfl_idx_n(&v, 1, lane >= d ? lane - d : lane);
+    if (lane >= d) below += v;
+  }
+  int run = below - sum;
+  for (int i = 0; i < per; ++i) {
+    const int n_i = count[lo + i];
+    count[lo + i] = run;
+    run += n_i;
+  }
+}
+
+// One pass: the pairs src[0..V) (pass 0: made from e in id order) placed stably by their digit
+// into dst, with place[bin * warps + warp] the first free place of each (digit, warp) bin. Counts
+// the next pass's bins into next (null on the last pass).
+DET_DEV void det_mk_rank_pass(const float* e, const uint64_t* src, uint64_t* dst, int64_t V, int pass, int* place,
+                              int* next) {
+  const int nw = det_warps(), w = det_warp(), lane = det_lane();
+  const int64_t chunk = (V + nw - 1) / nw, hi = (w + 1) * chunk < V ? (w + 1) * chunk : V;
+  const uint32_t lower = (1u << lane) - 1u;
+  for (int64_t base = w * chunk; base < hi; base += DET_WARP) {
+    const int64_t i = base + lane;
+    const bool live = i < hi;
+    const uint64_t pair = !live ? 0 : pass == 0 ? det_mk_rank_pair(e[i], i) : src[i];
+    const int d = det_mk_rank_digit(pair, pass);
+    uint32_t same = det_ballot(live);  // the live lanes with this lane's digit
+    for (int b = 0; b < DET_MK_RANK_BITS; ++b) {
+      const uint32_t on = det_ballot((d >> b) & 1);
+      same &= (d >> b) & 1 ? on : ~on;
+    }
+    int* bin = place + d * nw + w;
+    const int first = live ? *bin : 0;
+    det_sync_warp();  // every lane has read its bin before the lowest lane of each digit moves it
+    if (live) {
+      const int64_t k = first + det_popc(same & lower);
+      dst[k] = pair;
+      if (next) det_atomic_add_shared(next + det_mk_rank_digit(pair, pass + 1) * nw + k / chunk, 1);
+      if ((same & lower) == 0) *bin = first + det_popc(same);
+    }
+    det_sync_warp();
+  }
+}
+
+// The ranking of e[0..V) (every weight in [+0, 1]) into a[0..V) (rank order), b the other buffer;
+// count holds the two tables, the first already counted for pass 0 (det_mk_sample).
+DET_DEV void det_mk_rank(const float* e, int64_t V, uint64_t* a, uint64_t* b, int* count) {
+  const int bins = DET_MK_RANK_BINS * det_warps();
+  for (int pass = 0; pass < DET_MK_RANK_PASSES; ++pass) {
+    int* place = count + (pass & 1) * bins;
+    int* next = pass + 1 < DET_MK_RANK_PASSES ? count + ((pass + 1) & 1) * bins : nullptr;
+    det_sync_block();  // the pass's counts are complete (and the last pass's pairs written)
+    if (det_warp() == 0) det_mk_rank_scan(place, bins);
+    for (int i = det_thread(); next && i < bins; i += det_threads()) next[i] = 0;
+    det_sync_block();
+    det_mk_rank_pass(e, pass & 1 ? a : b, pass & 1 ? b : a, V, pass, place, next);
+  }
+  det_sync_block();
+}
+
+// On warp 0, the contract's walk (det_sample_keep's rules) over the ranked pairs: the kept count n
+// and their sum *c, with run[j] the running sum after rank j (j < n). Each 32 weights go through
+// w32 so that every lane adds them in rank order and holds the same c.
+DET_DEV int64_t det_mk_rank_walk(const uint64_t* ranked, int64_t V, float S, const det_sample_params& p, float* run,
+                                 float* w32, float* c_out) {
+  const int lane = det_lane();
+  const float target = det_sample_target(S, p);
+  float c = 0.0f;
+  int64_t n = 0;
+  bool more = true;
+  for (int64_t base = 0; more && base < V; base += DET_WARP) {
+    const int64_t j = base + lane;
+    det_sync_warp();  // every lane is done with the last 32
+    w32[lane] = j < V ? det_mk_rank_weight(ranked[j]) : 0.0f;
+    det_sync_warp();
+    const int m = V - base < DET_WARP ? (int)(V - base) : DET_WARP;
+    float mine = 0.0f;
+    for (int k = 0; k < m; ++k) {
+      const float v = w32[k];
+      if (det_sample_refused(v, n, p)) {
+        more = false;
+        break;
+      }
+      c = det_add_f32(c, v);
+      ++n;
+      if (lane == k) mine = c;
+      if (det_sample_full(n, c, target, p)) {
+        more = false;
+        break;
+      }
+    }
+    if (j < V) run[j] = mine;
+  }
+  *c_out = c;
+  return n;
+}
+
+// The draw (det_sample_draw) over the running sums: the first of the n kept ranks whose sum exceeds
+// r, else the last. A binary search finds it: the sums never fall (adds of weights >= +0).
+DET_DEV int32_t det_mk_rank_draw(const uint64_t* ranked, const float* run, int64_t n, float c,
+                                 const det_sample_params& p, int64_t position) {
+  const float r = det_mul_f32(det_sample_uniform(p.seed, position), c);
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (run[mid] > r) hi = mid;
+    else lo = mid + 1;
+  }
+  return (int32_t)(uint32_t)ranked[lo < n ? lo : n - 1];
+}
+
+// A sampled pick by the block: the elementwise steps and the max over the block's threads, the
+// canonical sum on warp 0, the ranks (above) and the draw. Returns false (nothing written) when a
+// logit is not finite: the caller then takes the argmax, as the contract says.
+DET_DEV_NOINLINE bool det_mk_sample(const det_mk_ctx& c, const float* lg, const det_sample_params& sp,
+                                    int64_t position, int j, int s) {
+  const int64_t V = c.P->model.vocab;
+  float* e = c.P->ws.sample_e + j * V;
+  uint64_t* ranked = c.P->ws.sample_rank + 2 * j * V;
+  uint64_t* other = ranked + V;
+  const int nw = det_warps();
+  // The area (det_mk_sample_area_floats): per-warp maxima, then [nw]: m, [nw + 1]: S, [nw + 2]: a
+  // logit not finite, [nw + 3]: a weight outside [+0, 1]; 32 weights of the walk; the count tables.
+  float* part = det_mk_area_of(c.P->geo);  // from the shared base: shared loads, stores and adds
+  float* w32 = part + nw + 4;
+  int* count = (int*)(w32 + DET_WARP);
+  const int64_t chunk = (V + nw - 1) / nw;
+  if (det_thread() == 0) part[nw + 2] = 0.0f, part[nw + 3] = 0.0f;
+  for (int i = det_thread(); i < DET_MK_RANK_BINS * nw; i += det_threads()) count[i] = 0;
+  det_sync_block();
+  float mx = det_sample_scaled(lg[0], sp);
+  for (int64_t i = det_thread(); i < V; i += det_threads()) {
+    if (!det_sample_finite(lg[i])) part[nw + 2] = 1.0f;  // any thread may raise it
+    e[i] = det_sample_scaled(lg[i], sp);
+    mx = e[i] > mx ? e[i] : mx;
+  }
+  det_shfl_down_combine_n(&mx, 1, 16, [](float a, float b) { return b > a ? b : a; });
+  det_shfl_down_combine_n(&mx, 1, 8, [](float a, float b) { return b > a ? b : a; });
+  det_shfl_down_combine_n(&mx, 1, 4, [](float a, float b) { return b > a ? b : a; });
+  det_shfl_down_combine_n(&mx, 1, 2, [](float a, float b) { return b > a ? b : a; });
+  det_shfl_down_combine_n(&mx, 1, 1, [](float a, float b) { return b > a ? b : a; });
+  if (det_lane() == 0) part[det_warp()] = mx;
+  det_sync_block();
+  if (part[nw + 2] != 0.0f) {
+    det_sync_block();  // everyone has read the flag before the area is reused
+    return false;
+  }
+  if (det_thread() == 0) {
+    for (int w = 1; w < nw; ++w) mx = part[w] > mx ? part[w] : mx;
+    part[nw] = mx;
+  }
+  det_sync_block();
+  const float m = part[nw];
+  for (int64_t i = det_thread(); i < V; i += det_threads()) {
+    e[i] = det_sample_weight(e[i], m);
+    if (det_f32_bits(e[i]) > DET_MK_RANK_E_MAX) part[nw + 3] = 1.0f;  // NaN (z overflowed): the heap's order
+    else det_atomic_add_shared(count + det_mk_rank_digit(det_mk_rank_pair(e[i], i), 0) * nw + i / chunk, 1);
+  }
+  det_sync_block();
+  if (det_warp() == 0) {
+    const float S = det_mk_warp_sum_f32(e, V);
+    if (det_lane() == 0) part[nw + 1] = S;
+  }
+  det_sync_block();
+  const float S = part[nw + 1];
+  if (part[nw + 3] != 0.0f) {
+    if (det_thread() == 0) c.P->ws.next_token[s] = det_sample_walk(e, V, S, sp, position, (int32_t*)ranked);
+  } else {
+    det_mk_rank(e, V, ranked, other, count);
+    if (det_warp() == 0) {
+      float sum;
+      float* run = (float*)other;
+      const int64_t n = det_mk_rank_walk(ranked, V, S, sp, run, w32, &sum);
+      det_sync_warp();
+      if (det_lane() == 0) c.P->ws.next_token[s] = det_mk_rank_draw(ranked, run, n, sum, sp, position);
+    }
+  }
+  det_sync_block();
+  return true;
+}

@@ -1,0 +1,92 @@
+"""The megakernel's sampled pick (megakernel/det_mk_sample.cuh) under emulation draws the CPU
+engine's tokens (whose radix ranking test_sampling.py checks against the contract's heap): the
+block's radix ranking keeps equal weights in id order across warps, chunks and the 32-pair steps,
+the walk keeps the contract's filters, and a weight outside [+0, 1] (a temperature so small that z
+overflows) takes the heap's own order."""
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from det_fixtures import synthetic
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from bench_gpu import random_weights  # noqa: E402
+
+PROMPT = [3, 17, 42, 59, 5, 25, 11]
+SETTINGS = [  # temperature only walks every rank; each filter stops the walk in its own way
+    dict(temperature=1.0, seed=1),
+    dict(temperature=0.7, top_k=9, seed=2),
+    dict(temperature=1.3, top_p=0.8, seed=3),
+    dict(temperature=1.0, min_p=0.3, seed=4),
+    dict(temperature=2.0, top_k=40, top_p=0.95, min_p=0.01, seed=5),
+]
+
+
+def tied_model(di, vocab):
+    """A head whose rows are 4 vectors, each repeated over ids spread across the vocabulary, and one
+    far below the rest: every step's logits take 5 values, each shared by hundreds of ids, so a
+    draw lands inside a run of equal weights (where only the id order decides) and the lowest
+    weights are exact zeros."""
+    cfg = di.ModelConfig.from_dict(dict(synthetic.CONFIGS["llama"], vocab_size=vocab))
+    weights = random_weights(di, cfg, "cpu")
+    head = weights["lm_head.weight"].float()
+    g = torch.Generator().manual_seed(vocab)
+    vecs = torch.randn(4, head.shape[1], generator=g) * 0.3
+    kind = torch.randint(0, 4, (vocab,), generator=g)
+    head = vecs[kind]
+    head[torch.randperm(vocab, generator=g)[: vocab // 10]] = -40 * vecs[0]
+    weights["lm_head.weight"] = head.to(torch.bfloat16)
+    return cfg, weights
+
+
+@pytest.mark.parametrize("vocab,warps", [(1000, 3), (1001, 2), (97, 4)])
+def test_sampled_pick_draws_the_engines_tokens(di, vocab, warps):
+    cfg, weights = tied_model(di, vocab)
+    cpu = di.MegaModel(cfg, weights, max_context=64)
+    emu = di.MegaModel(cfg, weights, max_context=64, executor="emulated", geometry=dict(grid=2, warps=warps))
+    for kw in SETTINGS:
+        want, logits = cpu.generate(PROMPT, max_new=6, return_logits=True, **kw)
+        assert len(set(logits[0].tolist())) <= 5  # the ties are there
+        assert emu.generate(PROMPT, max_new=6, **kw) == want, kw
+
+
+def test_overflowing_temperature_takes_the_heaps_order(di):
+    """At a temperature that sends the top logits' z to +inf, their weights are NaN (inf - inf): the
+    ranking is refused and thread 0 walks the contract's heap, as the engine does."""
+    cfg, weights = tied_model(di, 1000)
+    cpu = di.MegaModel(cfg, weights, max_context=64)
+    want, logits = cpu.generate(PROMPT, max_new=4, return_logits=True, temperature=1e-38, seed=6)
+    assert all(float(lg.max()) / 1e-38 > 3.4e38 for lg in logits)  # z overflows at every step
+    emu = di.MegaModel(cfg, weights, max_context=64, executor="emulated", geometry=dict(grid=2, warps=2))
+    assert emu.generate(PROMPT, max_new=4, temperature=1e-38, seed=6) == want
+
+
+def philox_uniform_bits(seed, position):
+    """det_sample_uniform's 24 bits (contract/det_philox.h), for finding a seed below."""
+    m32 = 0xFFFFFFFF
+    c = [position & m32, position >> 32, 0, 0]
+    k0, k1 = seed & m32, seed >> 32
+    for rnd in range(10):
+        if rnd:
+            k0, k1 = (k0 + 0x9E3779B9) & m32, (k1 + 0xBB67AE85) & m32
+        p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
+        c = [(p1 >> 32) ^ c[1] ^ k0, p1 & m32, (p0 >> 32) ^ c[3] ^ k1, p0 & m32]
+    return c[0] >> 8
+
+
+def test_a_draw_exactly_on_a_running_sum_goes_to_the_next_rank(di):
+    """4,096 equal logits: every weight is 1, the running sums are 1, 2, ..., 4,096 and r = u * 4,096.
+    At a seed whose u is a multiple of 2^-12, r equals the sum after rank r - 1 exactly, and the
+    contract draws the first rank whose sum *exceeds* r: rank r, token r (ids in rank order)."""
+    assert philox_uniform_bits(0, 0) == 0x6627E8D5 >> 8  # Random123's known answer
+    position = len(PROMPT)  # the first new token's
+    seed = next(s for s in range(1 << 20) if philox_uniform_bits(s, position) % 4096 == 0)
+    r = philox_uniform_bits(seed, position) // 4096
+    cfg = di.ModelConfig.from_dict(dict(synthetic.CONFIGS["llama"], vocab_size=4096))
+    weights = random_weights(di, cfg, "cpu")
+    weights["lm_head.weight"] = torch.zeros_like(weights["lm_head.weight"])
+    want = di.MegaModel(cfg, weights, max_context=64).generate(PROMPT, max_new=2, temperature=1.0, seed=seed)
+    assert want[0] == r
+    emu = di.MegaModel(cfg, weights, max_context=64, executor="emulated", geometry=dict(grid=2, warps=3))
+    assert emu.generate(PROMPT, max_new=2, temperature=1.0, seed=seed) == want
