@@ -12,10 +12,12 @@
 // the sequence, 32 pairs at a time, and a pair's place is the count of pairs before it with its
 // digit: in lower (digit, warp) bins (a scan of the counts), earlier in its warp's chunk, and at
 // lower lanes of its 32 (a ballot per digit bit). Each pass counts the next pass's bins as it
-// places the pairs (integer adds, in any order).
+// places the pairs (integer adds, in any order). Places and chunks are 32-bit (V <= 2^30, as
+// det_mk_check_model requires): a 64-bit division is a subroutine call on a GPU.
 //
 // Cost per sampled token (V = 49,152, 8 warps): 5 passes of V/256 steps a warp, each one coalesced
-// 8-byte load, 7 ballots and a scattered store; then a walk of V dependent adds by warp 0, where the
+// 8-byte load, 7 ballots and a scattered store; then warp 0's walk, one dependent add a rank until a
+// filter stops it or the weights fall below half an ulp of the sum (at most V adds), where the
 // contract's heap took about 750,000 dependent sift levels on one thread.
 #pragma once
 
@@ -86,7 +88,7 @@ DET_DEV void det_mk_rank_pass(const float* e, const uint64_t* src, uint64_t* dst
     if (live) {
       const int64_t k = first + det_popc(same & lower);
       dst[k] = pair;
-      if (next) det_atomic_add_shared(next + det_mk_rank_digit(pair, pass + 1) * nw + k / chunk, 1);
+      if (next) det_atomic_add_shared(next + det_mk_rank_digit(pair, pass + 1) * nw + (uint32_t)k / (uint32_t)chunk, 1);
       if ((same & lower) == 0) *bin = first + det_popc(same);
     }
     det_sync_warp();
@@ -109,15 +111,35 @@ DET_DEV void det_mk_rank(const float* e, int64_t V, uint64_t* a, uint64_t* b, in
   det_sync_block();
 }
 
-// On warp 0, the contract's walk (det_sample_keep's rules) over the ranked pairs: the kept count n
-// and their sum *c, with run[j] the running sum after rank j (j < n). Each 32 weights go through
-// w32 so that every lane adds them in rank order and holds the same c.
-DET_DEV int64_t det_mk_rank_walk(const uint64_t* ranked, int64_t V, float S, const det_sample_params& p, float* run,
-                                 float* w32, float* c_out) {
+// Half the spacing of floats at c (c >= 1, so normal): adding a weight below it leaves c as it is.
+DET_DEV float det_mk_half_ulp(float c) { return det_bits_f32((det_f32_bits(c) & 0x7F800000u) - (24u << 23)); }
+
+// What the walk found: n ranks kept, c their sum, run[j] the running sum after rank j (j < n).
+struct det_mk_walk {
+  int64_t n;
+  float c;
+};
+
+// One rank of the walk (det_sample_keep's rules), weight v: false when the walk ends here. It also
+// ends at a weight below half an ulp of c: from there every add leaves c as it is (weights never
+// rise in rank order), and the draw never reaches those ranks (det_mk_rank_draw), so the ranks the
+// contract would still keep there are left uncounted.
+DET_DEV bool det_mk_walk_take(float v, det_mk_walk& w, float target, const det_sample_params& p) {
+  if (det_sample_refused(v, w.n, p)) return false;
+  if (w.n >= 1 && v < det_mk_half_ulp(w.c)) return false;
+  w.c = det_add_f32(w.c, v);
+  ++w.n;
+  return !det_sample_full(w.n, w.c, target, p);
+}
+
+// On warp 0, the contract's walk over the ranked pairs. Each 32 weights go through w32 (16-byte
+// aligned) so that every lane adds them in rank order and holds the same sums; lane k keeps the
+// sum after the k-th, and the 32 are stored at once.
+DET_DEV det_mk_walk det_mk_rank_walk(const uint64_t* ranked, int64_t V, float S, const det_sample_params& p,
+                                     float* run, float* w32) {
   const int lane = det_lane();
   const float target = det_sample_target(S, p);
-  float c = 0.0f;
-  int64_t n = 0;
+  det_mk_walk w = {0, 0.0f};
   bool more = true;
   for (int64_t base = 0; more && base < V; base += DET_WARP) {
     const int64_t j = base + lane;
@@ -126,38 +148,36 @@ DET_DEV int64_t det_mk_rank_walk(const uint64_t* ranked, int64_t V, float S, con
     det_sync_warp();
     const int m = V - base < DET_WARP ? (int)(V - base) : DET_WARP;
     float mine = 0.0f;
-    for (int k = 0; k < m; ++k) {
-      const float v = w32[k];
-      if (det_sample_refused(v, n, p)) {
-        more = false;
-        break;
-      }
-      c = det_add_f32(c, v);
-      ++n;
-      if (lane == k) mine = c;
-      if (det_sample_full(n, c, target, p)) {
-        more = false;
-        break;
-      }
+    auto step = [&](float v, int k) {  // rank base + k; lane k keeps its sum if it is kept
+      if (!more || k >= m) return (void)(more = false);
+      const int64_t kept = w.n;
+      more = det_mk_walk_take(v, w, target, p);
+      if (w.n > kept && lane == k) mine = w.c;
+    };
+    for (int k = 0; more && k < m; k += 4) {  // four weights a shared load, added one at a time
+      const det_vec_f32x4 q = det_load_f32x4(w32 + k);
+      step(q.x, k), step(q.y, k + 1), step(q.z, k + 2), step(q.w, k + 3);
     }
     if (j < V) run[j] = mine;
   }
-  *c_out = c;
-  return n;
+  return w;
 }
 
-// The draw (det_sample_draw) over the running sums: the first of the n kept ranks whose sum exceeds
-// r, else the last. A binary search finds it: the sums never fall (adds of weights >= +0).
-DET_DEV int32_t det_mk_rank_draw(const uint64_t* ranked, const float* run, int64_t n, float c,
+// The draw (det_sample_draw) over the running sums: the first kept rank whose sum exceeds r =
+// fl(u c), by a binary search (the sums never fall: adds of weights >= +0). One always does: u <=
+// 1 - 2^-24 makes r < c (c >= 1, and c 2^-24 is at least half an ulp of c, a tie only at a power of
+// two, where the float below is exact), and c is the last sum. So the contract's "else the last
+// kept token" never happens, and neither do the ranks of a walk that ended early.
+DET_DEV int32_t det_mk_rank_draw(const uint64_t* ranked, const float* run, const det_mk_walk& w,
                                  const det_sample_params& p, int64_t position) {
-  const float r = det_mul_f32(det_sample_uniform(p.seed, position), c);
-  int64_t lo = 0, hi = n;
+  const float r = det_mul_f32(det_sample_uniform(p.seed, position), w.c);
+  int64_t lo = 0, hi = w.n;
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo) / 2;
     if (run[mid] > r) hi = mid;
     else lo = mid + 1;
   }
-  return (int32_t)(uint32_t)ranked[lo < n ? lo : n - 1];
+  return (int32_t)(uint32_t)ranked[lo < w.n ? lo : w.n - 1];
 }
 
 // A sampled pick by the block: the elementwise steps and the max over the block's threads, the
@@ -171,9 +191,10 @@ DET_DEV_NOINLINE bool det_mk_sample(const det_mk_ctx& c, const float* lg, const 
   uint64_t* other = ranked + V;
   const int nw = det_warps();
   // The area (det_mk_sample_area_floats): per-warp maxima, then [nw]: m, [nw + 1]: S, [nw + 2]: a
-  // logit not finite, [nw + 3]: a weight outside [+0, 1]; 32 weights of the walk; the count tables.
+  // logit not finite, [nw + 3]: a weight outside [+0, 1]; from the next multiple of 4, 32 weights of
+  // the walk; the count tables.
   float* part = det_mk_area_of(c.P->geo);  // from the shared base: shared loads, stores and adds
-  float* w32 = part + nw + 4;
+  float* w32 = part + (nw + 4 + 3) / 4 * 4;  // 16-byte aligned
   int* count = (int*)(w32 + DET_WARP);
   const int64_t chunk = (V + nw - 1) / nw;
   if (det_thread() == 0) part[nw + 2] = 0.0f, part[nw + 3] = 0.0f;
@@ -205,7 +226,7 @@ DET_DEV_NOINLINE bool det_mk_sample(const det_mk_ctx& c, const float* lg, const 
   for (int64_t i = det_thread(); i < V; i += det_threads()) {
     e[i] = det_sample_weight(e[i], m);
     if (det_f32_bits(e[i]) > DET_MK_RANK_E_MAX) part[nw + 3] = 1.0f;  // NaN (z overflowed): the heap's order
-    else det_atomic_add_shared(count + det_mk_rank_digit(det_mk_rank_pair(e[i], i), 0) * nw + i / chunk, 1);
+    else det_atomic_add_shared(count + det_mk_rank_digit(det_mk_rank_pair(e[i], i), 0) * nw + (uint32_t)i / (uint32_t)chunk, 1);
   }
   det_sync_block();
   if (det_warp() == 0) {
@@ -219,11 +240,10 @@ DET_DEV_NOINLINE bool det_mk_sample(const det_mk_ctx& c, const float* lg, const 
   } else {
     det_mk_rank(e, V, ranked, other, count);
     if (det_warp() == 0) {
-      float sum;
       float* run = (float*)other;
-      const int64_t n = det_mk_rank_walk(ranked, V, S, sp, run, w32, &sum);
+      const det_mk_walk w = det_mk_rank_walk(ranked, V, S, sp, run, w32);
       det_sync_warp();
-      if (det_lane() == 0) c.P->ws.next_token[s] = det_mk_rank_draw(ranked, run, n, sum, sp, position);
+      if (det_lane() == 0) c.P->ws.next_token[s] = det_mk_rank_draw(ranked, run, w, sp, position);
     }
   }
   det_sync_block();

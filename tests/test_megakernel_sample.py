@@ -1,7 +1,7 @@
 """The megakernel's sampled pick (megakernel/det_mk_sample.cuh) under emulation draws the CPU
 engine's tokens (whose radix ranking test_sampling.py checks against the contract's heap): the
 block's radix ranking keeps equal weights in id order across warps, chunks and the 32-pair steps,
-the walk keeps the contract's filters, and a weight outside [+0, 1] (a temperature so small that z
+the walk keeps the contract's filters and ends where the weights no longer change the sum, and a weight outside [+0, 1] (a temperature so small that z
 overflows) takes the heap's own order."""
 import sys
 from pathlib import Path
@@ -20,6 +20,9 @@ SETTINGS = [  # temperature only walks every rank; each filter stops the walk in
     dict(temperature=1.3, top_p=0.8, seed=3),
     dict(temperature=1.0, min_p=0.3, seed=4),
     dict(temperature=2.0, top_k=40, top_p=0.95, min_p=0.01, seed=5),
+    # weights below half an ulp of the running sum (the walk's early end), past them top_k and min_p
+    dict(temperature=0.4, seed=6),
+    dict(temperature=0.5, top_k=600, min_p=1e-12, seed=7),
 ]
 
 
