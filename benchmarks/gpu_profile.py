@@ -244,9 +244,10 @@ def score_rows(b, name, quick, pred_score):
         print(f"| {what}, {b.executor}{label} / CPU engine | {ratio} | |", flush=True)
 
 
-# Seeded sampling inside the launch (docs/SPEC.md §15): the block's threads compute z, m and e, then
-# one thread ranks the vocabulary by a heap (det_sample_walk): all of it when no filter stops the
-# walk. Measured per step beside greedy, a few steps and one repetition (a step may take far longer).
+# Seeded sampling inside the launch (docs/SPEC.md §15): the block's threads compute z, m and e and
+# rank the vocabulary by a radix sort, then warp 0 walks the ranks (megakernel/det_mk_sample.cuh):
+# every rank when no filter stops the walk and the logits are flat, as the random weights' are (the
+# worst case). Measured per step beside greedy, a few steps and one repetition.
 SAMPLED = (("temperature 1", (1.0, 0, 1.0, 0.0, 7)), ("temperature 1, top_k 50", (1.0, 50, 1.0, 0.0, 7)),
            ("temperature 1, top_p 0.9", (1.0, 0, 0.9, 0.0, 7)))
 SAMPLED_STEPS = 4
