@@ -38,7 +38,7 @@
 // ---- the program ------------------------------------------------------------------------------
 
 // Thread 0 of each block: the prefill tile of program rows r0 .. r0 + n - 1.
-DET_DEV void det_mk_build_prefill_tile(const det_mk_params& P, det_mk_tile& t, int64_t r0, int64_t want_seen) {
+DET_DEV void det_mk_build_prefill_tile(const det_mk_params& P, det_mk_tile& t, int r0) {
   const det_mk_program& p = P.prog;
   const int64_t V = P.model.vocab;
   const bool gen = p.max_new > 0;
@@ -53,11 +53,12 @@ DET_DEV void det_mk_build_prefill_tile(const det_mk_params& P, det_mk_tile& t, i
     if (!p.want[r0 + i]) continue;
     const int j = t.n_want++, s = t.seq[i];
     t.want_row[j] = i;
-    if (!gen) t.dst[j] = p.logits + (want_seen + j) * V;
+    if (!gen) t.dst[j] = p.logits + (t.want_seen + j) * V;
     else t.dst[j] = p.step_logits ? p.step_logits + s * p.max_new * V : P.ws.logits + j * V;
     if (gen) t.next_pos[s] = t.pos[i] + 1;
   }
   t.attn_staged = !t.rope_in_attn && det_mk_attn_stage_floats(&P.model, &P.geo) > 0;
+  t.want_seen += t.n_want;
 }
 
 // Thread 0 of each block: records step `step`'s tokens (block 0 writes the outputs), retires the
@@ -116,22 +117,21 @@ DET_DEV void det_mk_run(const det_mk_params& P) {
   if (det_thread() == 0) {
     for (int s = 0; s < DET_MK_SEQ_MAX; ++s) tile->live[s] = s < p.n_seq;
     tile->syncs = 0;
+    tile->want_seen = 0;
     tile->timeline = p.timeline;
     tile->timeline_cap = p.timeline_cap;
     tile->head = det_dense_matrix(P.model.lm_head);
   }
-  int64_t want_seen = 0;
-  for (int64_t r0 = 0; r0 < p.n_rows; r0 += P.geo.tile_rows) {
-    if (det_thread() == 0) det_mk_build_prefill_tile(P, *tile, r0, want_seen);
+  for (int r0 = 0; r0 < (int)p.n_rows; r0 += P.geo.tile_rows) {
+    if (det_thread() == 0) det_mk_build_prefill_tile(P, *tile, r0);
     det_sync_block();
-    want_seen += tile->n_want;
     det_mk_forward_tile(c);
     if (gen) det_mk_phase_argmax(c);
     det_sync_block();  // every thread is done with the tile before thread 0 rebuilds it
   }
   if (!gen) return;
   det_mk_grid_sync(c, -1);
-  for (int64_t step = 0;; ++step) {
+  for (int step = 0;; ++step) {
     if (det_thread() == 0) det_mk_plan_decode_step(P, *tile, step);
     det_sync_block();
     if (tile->n_step == 0) break;

@@ -157,6 +157,7 @@ struct det_mk_params {
 struct det_mk_tile {
   int n;       // rows
   int n_want;  // rows whose logits are computed
+  int64_t want_seen;  // forward mode: the wanted rows of the tiles before this one (thread 0's count)
   int rope_in_attn;  // split attention (geometry attn > 0) and every row its own sequence (a decode
                      // step, or a prefill tile of distinct sequences): no row reads another's new
                      // key, so the attention units do ROPE's work

@@ -108,7 +108,7 @@ DET_DEV const float* det_mk_stage_rows(const det_mk_ctx& c, const float* in, int
 // EMBED, spread over the grid: the residual stream starts as the embeddings, and each row's rope
 // (sin, cos) table is computed once (docs/SPEC.md §7). No barrier follows: the next step
 // (reads_embedding) takes the embedding rows themselves.
-DET_DEV void det_mk_embed_rows(const det_mk_ctx& c) {
+DET_DEV_NOINLINE void det_mk_embed_rows(const det_mk_ctx& c) {
   const det_llama_model& m = c.P->model;
   const det_mk_tile& t = *c.tile;
   const int64_t H = m.hidden, pairs = m.rope_pairs;  // every table's pairs, per row
@@ -519,7 +519,7 @@ DET_DEV_NOINLINE void det_mk_ahead(const det_mk_ctx c, int64_t i) {
 // primed (det_mk_prime): wrong bits, which the emulated digests with ahead > 0 catch.
 DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
   const det_llama_model& m = c.P->model;
-  for (int64_t i = 0; i < m.n_steps; ++i) {
+  for (int i = 0; i < (int)m.n_steps; ++i) {
     const det_step& s = m.steps[i];
     det_mk_prime(c, i);  // a GEMV phase's first weights, before it reads its inputs
     switch (s.kind) {
