@@ -122,6 +122,9 @@ DET_DEV void det_mk_run(const det_mk_params& P) {
     tile->timeline_cap = p.timeline_cap;
     tile->head = det_dense_matrix(P.model.lm_head);
   }
+  // Loop state as int, the count of wanted rows in the tile: the body keeps what it holds across a
+  // phase call in a register of every phase (a 64-bit value, two). Rows < 2^31: at most 16
+  // sequences of at most 2^20 + 1 positions (det_program_check).
   for (int r0 = 0; r0 < (int)p.n_rows; r0 += P.geo.tile_rows) {
     if (det_thread() == 0) det_mk_build_prefill_tile(P, *tile, r0);
     det_sync_block();

@@ -108,6 +108,8 @@ DET_DEV const float* det_mk_stage_rows(const det_mk_ctx& c, const float* in, int
 // EMBED, spread over the grid: the residual stream starts as the embeddings, and each row's rope
 // (sin, cos) table is computed once (docs/SPEC.md §7). No barrier follows: the next step
 // (reads_embedding) takes the embedding rows themselves.
+// Its own function: inlined, its grid indices were hoisted out of the decode loop and held across
+// every phase call (det_mk_run).
 DET_DEV_NOINLINE void det_mk_embed_rows(const det_mk_ctx& c) {
   const det_llama_model& m = c.P->model;
   const det_mk_tile& t = *c.tile;
