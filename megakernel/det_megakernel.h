@@ -217,8 +217,9 @@ DET_MK_HD size_t det_mk_attn_stage_floats(const det_llama_model* m, const det_mk
 // Words of the phase area a sampled pick takes (more than a greedy one): per warp a maximum, then
 // m, S and two flags; from the next multiple of 4, a warp's 32 weights for the walk; the two count
 // tables.
+DET_MK_HD size_t det_mk_sample_w32_offset(int warps) { return ((size_t)warps + 4 + 3) / 4 * 4; }
 DET_MK_HD size_t det_mk_sample_area_floats(int warps) {
-  return ((size_t)warps + 4 + 3) / 4 * 4 + 32 + 2 * DET_MK_RANK_BINS * (size_t)warps;
+  return det_mk_sample_w32_offset(warps) + 32 + 2 * DET_MK_RANK_BINS * (size_t)warps;
 }
 // The norm factors of the area's rows follow them in the phase area.
 DET_MK_HD size_t det_mk_norm_factor_offset(const det_llama_model* m, const det_mk_geometry* g) {

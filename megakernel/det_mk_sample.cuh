@@ -194,7 +194,7 @@ DET_DEV_NOINLINE bool det_mk_sample(const det_mk_ctx& c, const float* lg, const 
   // logit not finite, [nw + 3]: a weight outside [+0, 1]; from the next multiple of 4, 32 weights of
   // the walk; the count tables.
   float* part = det_mk_area_of(c.P->geo);  // from the shared base: shared loads, stores and adds
-  float* w32 = part + (nw + 4 + 3) / 4 * 4;  // 16-byte aligned
+  float* w32 = part + det_mk_sample_w32_offset(nw);  // 16-byte aligned
   int* count = (int*)(w32 + DET_WARP);
   const int64_t chunk = (V + nw - 1) / nw;
   if (det_thread() == 0) part[nw + 2] = 0.0f, part[nw + 3] = 0.0f;
