@@ -211,9 +211,9 @@ def attend_terms(t, cfg, geo, nwarps, positions, window):
     (the busiest warp: waves x context slots). attn C > 0 (split): units of (row, KV head, pair of
     its query heads, chunk) over the grid (SPEC §14.2), each walking its chunk's visible slots, C
     chunks a pass, at the same cost per slot (the fit has only attn 0's; the whatif's streamed keys
-    scale it); when a row has more than one chunk, a fold phase per pass whose unit, one per (row,
-    query head), takes one dependent round (counted as a slot) per chunk. Slots scale with
-    head_dim / 64."""
+    scale it); when a row has more than one chunk, the pass's last unit of a (row, query pair)
+    folds the pair's heads (side by side) in the same phase, one dependent round (counted as a slot)
+    per chunk, and passes after the first add a phase each. Slots scale with head_dim / 64."""
     heads, hd, per = cfg["num_attention_heads"], cfg["head_dim"], geo.get("attn", 0)
     kv = cfg.get("num_key_value_heads", heads)
     pairs = kv * math.ceil(heads // kv / 2)  # units per (row, chunk): DET_MK_ATTN_GROUP = 2
@@ -233,8 +233,8 @@ def attend_terms(t, cfg, geo, nwarps, positions, window):
         if units:
             t["attend"] += math.ceil(len(units) / nwarps) * max(units) * hd / 64
         if max(chunks) > 1:
-            t["phase"] += 1 + (pass_ + 1 < passes)  # the chunks' barrier, and between passes the fold's
-            t["attend"] += math.ceil(len(positions) * heads / nwarps) * min(per, max(chunks) - pass_ * per)
+            t["phase"] += int(pass_ + 1 < passes)  # the barrier between passes (the fold's state)
+            t["attend"] += min(per, max(chunks) - pass_ * per)  # the last unit's fold, its heads side by side
 
 
 def _add(a, b, k=1.0):
@@ -436,8 +436,8 @@ WHATIF = (
      "over the warp (since 2026-12-06; lane 0 wrote them in turn): an item counted once whatever its rows, the most "
      "this can save if the fitted per-row item cost is the epilogue", {"geometry": {"epilogue": "lane"}}),
     ("split attention (issue 48, as landed)", "geometry attn 32: (row, KV head, query pair, chunk) units over "
-     "every warp, a fold per (row, query head) past one chunk, at the per-slot cost fitted to attn 0 (the walk that "
-     "loads one key at a time)", {"geometry": {"attn": 32}}),
+     "every warp, past one chunk the last unit of a (row, pair) folding its heads in the same phase (since "
+     "2026-12-07; a fold phase before), at the per-slot cost fitted to attn 0 (the walk that loads one key at a time)", {"geometry": {"attn": 32}}),
     ("+ streamed keys (issue 48)", "and units that stream their keys (since 2026-12-05: 16-byte panel loads for the "
      "query heads of a KV head, trees in registers): a slot at 1/8 of today's time, an estimate",
      {"geometry": {"attn": 32}, "attend": 1 / 8}),

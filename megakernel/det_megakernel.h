@@ -37,8 +37,8 @@ struct det_mk_geometry {
                    // takes a tile of more than 16 rows 16 at a time per weight row (det_mk_gemv_rows)
   uint64_t seed;   // emulation only: the fiber schedule (0: a fixed order)
   int attn;        // the attention's units: 0, one warp per (row, query head) walking the context;
-                   // C in 1..DET_MK_ATTN_PASS_CHUNKS, (row, query head, chunk) units over the grid, then
-                   // a fold per (row, query head), C chunks of 128 positions per pass
+                   // C in 1..DET_MK_ATTN_PASS_CHUNKS, (row, KV head, query pair, chunk) units over the
+                   // grid, C chunks of 128 positions per pass, the last unit of a (row, pair) folding
   int ahead;       // weights ahead of their inputs: 0 off; A in 1..DET_MK_AHEAD_MAX_KB, before the barrier
                    // a GEMV phase begins with, each warp issues its first ring stages and hints the first
                    // A KB of its weight rows into L2 (det_mk_gemv_ahead)
@@ -143,6 +143,8 @@ struct det_mk_workspace {
   // (m, l) then o[0..head_dim); and the fold's running (m, l, O) between passes.
   float* attn_part;      // (rows, heads, DET_MK_ATTN_PASS_CHUNKS, head_dim + 2)
   float* attn_run;       // (rows, heads, head_dim + 2)
+  unsigned int* attn_count;  // (rows, heads) a pass's units of (row, query pair) arrived so far, at the
+                             // pair's first query head: zero before the launch and after each fold
 };
 
 struct det_mk_params {

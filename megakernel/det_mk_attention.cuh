@@ -1,8 +1,9 @@
 // det_mk_attention.cuh: the megakernel's ATTEND step (docs/SPEC.md §13.4, §14.2) in its two
 // schedules (geometry attn): ATTN, one warp per (row, query head) walking its chunks in order; and
 // split attention, units of (row, KV head, query pair, chunk) over the whole grid (ATTN_CHUNKS,
-// det_mk_attn_group.cuh), then a fold per (row, query head) in increasing chunk order (ATTN_FOLD). Both compute each chunk's partial
-// and the left fold exactly as the contract writes them; det_mk_forward_tile picks one.
+// det_mk_attn_group.cuh), each pair's last unit of a pass folding the pair's partials in increasing
+// chunk order (det_mk_attn_arrive). Both compute each chunk's partial and the left fold exactly as
+// the contract writes them; det_mk_forward_tile picks one.
 #pragma once
 
 #include "../contract/det_act.h"
@@ -194,42 +195,66 @@ DET_DEV float* det_mk_attn_part(const det_mk_ctx& c, int64_t b, int64_t hq, int6
   return c.P->ws.attn_part + (b * m.n_heads + hq) * det_mk_attn_part_stride(m) + k * (m.head_dim + 2);
 }
 
-// ATTN_FOLD: one warp per (row, query head) folds the pass's chunk partials into the running
-// (M, L, O) in increasing chunk order (the left fold of SPEC §13.4, as ATTN merges), starting from
-// the previous pass's state; on the row's last pass, att = O / L.
-DET_DEV_NOINLINE void det_mk_phase_attn_fold(const det_mk_ctx& c, int64_t l, int64_t pass) {
+// The fold of (row b, query heads hq0 .. hq0 + nq - 1: a query pair) in pass `pass`: each head's
+// chunk partials into its running (M, L, O) in increasing chunk order (the left fold of SPEC
+// §13.4, as ATTN merges), starting from the previous pass's state; on the row's last pass, att =
+// O / L. One warp, the pass's last unit of the pair (det_mk_attn_arrive); the heads' chains side by
+// side, each O in the warp's scratch (the unit's queries, no longer needed).
+DET_DEV_NOINLINE void det_mk_attn_fold(const det_mk_ctx& c, int l, int pass, int b, int hq0, int nq) {
+  constexpr int QG = DET_MK_ATTN_GROUP;
   const det_llama_model& m = c.P->model;
   const det_llama_layer& L = m.layers[l];
   const int64_t D = L.head_dim, QD = m.n_heads * D, R = m.head_dim + 2;
-  float* O = det_mk_attn_scratch(c) + 2 * DET_ATTN_CHUNK;
-  for (int64_t task = c.gwarp; task < c.tile->n * m.n_heads; task += c.nwarps) {
-    const int64_t b = task / m.n_heads, hq = task % m.n_heads;
-    const int64_t chunks = det_mk_attn_chunks(L, c.tile->pos[b]), here = det_mk_attn_in_pass(c, chunks, pass);
-    if (here == 0) continue;  // the row's chunks ended in an earlier pass
-    float* state = c.P->ws.attn_run + (b * m.n_heads + hq) * R;
-    det_attn_acc run = {0.0f, 0.0f};
-    if (pass > 0) {
-      run = {det_ld(state), det_ld(state + 1)};
-      for (int64_t d = det_lane(); d < D; d += DET_WARP) O[d] = det_ld(state + 2 + d);
-      det_sync_warp();  // every lane has read (m, l) before lane 0 may write the new ones below
-    }
-    for (int64_t k = 0; k < here; ++k) {
-      const float* src = det_mk_attn_part(c, b, hq, k);
-      const det_attn_acc part = {det_ld(src), det_ld(src + 1)};
-      const bool first = pass == 0 && k == 0;
-      det_attn_weights w = {1.0f, 1.0f};
-      if (first) run = part;
-      else w = det_attn_merge_stats(&run, part);
-      for (int64_t d = det_lane(); d < D; d += DET_WARP)
-        O[d] = first ? det_ld(src + 2 + d) : det_attn_merge_value(O[d], det_ld(src + 2 + d), w);
-    }
-    if ((pass + 1) * c.P->geo.attn < chunks) {  // more passes: keep the state
-      if (det_lane() == 0) state[0] = run.m, state[1] = run.l;
-      for (int64_t d = det_lane(); d < D; d += DET_WARP) state[2 + d] = O[d];
-    } else {
-      for (int64_t d = det_lane(); d < D; d += DET_WARP) c.P->ws.att[b * QD + hq * D + d] = det_div_f32(O[d], run.l);
-    }
-    det_sync_warp();
+  float* O = det_mk_attn_scratch(c);  // head hq0 + q's at O + q D
+  const int64_t chunks = det_mk_attn_chunks(L, c.tile->pos[b]), here = det_mk_attn_in_pass(c, chunks, pass);
+  const bool more = (int64_t)(pass + 1) * c.P->geo.attn < chunks;  // more passes: keep the state
+  float* state = c.P->ws.attn_run + ((int64_t)b * m.n_heads + hq0) * R;  // head hq0 + q's at state + q R
+  det_attn_acc run[QG] = {};
+  if (pass > 0) {
+    DET_UNROLL for (int q = 0; q < QG; ++q)
+      if (q < nq) {
+        run[q] = {det_ld(state + q * R), det_ld(state + q * R + 1)};
+        for (int64_t d = det_lane(); d < D; d += DET_WARP) O[q * D + d] = det_ld(state + q * R + 2 + d);
+      }
+    det_sync_warp();  // every lane has read (m, l) before lane 0 may write the new ones below
   }
+  for (int64_t k = 0; k < here; ++k) {
+    const bool first = pass == 0 && k == 0;
+    DET_UNROLL for (int q = 0; q < QG; ++q)
+      if (q < nq) {
+        const float* src = det_mk_attn_part(c, b, hq0 + q, k);
+        const det_attn_acc part = {det_ld(src), det_ld(src + 1)};
+        det_attn_weights w = {1.0f, 1.0f};
+        if (first) run[q] = part;
+        else w = det_attn_merge_stats(&run[q], part);
+        for (int64_t d = det_lane(); d < D; d += DET_WARP)
+          O[q * D + d] = first ? det_ld(src + 2 + d) : det_attn_merge_value(O[q * D + d], det_ld(src + 2 + d), w);
+      }
+  }
+  DET_UNROLL for (int q = 0; q < QG; ++q)
+    if (q < nq) {
+      if (more) {
+        if (det_lane() == 0) state[q * R] = run[q].m, state[q * R + 1] = run[q].l;
+        for (int64_t d = det_lane(); d < D; d += DET_WARP) state[q * R + 2 + d] = O[q * D + d];
+      } else {
+        float* att = c.P->ws.att + b * QD + (hq0 + q) * D;
+        for (int64_t d = det_lane(); d < D; d += DET_WARP) att[d] = det_div_f32(O[q * D + d], run[q].l);
+      }
+    }
+  det_sync_warp();
 }
 
+// A unit's arrival, once its partials are written (SPEC §14.2): the warp counts itself among the
+// pass's units of its row and query pair (the pair's first query head hq0); the last of them folds
+// the pair's query heads and sets the count back to zero, which nothing reads again before a grid
+// barrier. Which unit comes last is scheduling; what the fold reads, and its order, are not. So
+// the fold needs no phase of its own: it waits for exactly the units it reads.
+DET_DEV_NOINLINE void det_mk_attn_arrive(const det_mk_ctx& c, int l, int pass, int b, int hq0) {
+  const det_llama_model& m = c.P->model;
+  const int64_t here = det_mk_attn_in_pass(c, det_mk_attn_chunks(m.layers[l], c.tile->pos[b]), pass);
+  unsigned int* count = c.P->ws.attn_count + (int64_t)b * m.n_heads + hq0;
+  if ((int64_t)det_warp_arrive(count) != here - 1) return;
+  const int G = (int)(m.n_heads / m.n_kv_heads), left = G - hq0 % G;
+  det_mk_attn_fold(c, l, pass, b, hq0, left < DET_MK_ATTN_GROUP ? left : DET_MK_ATTN_GROUP);
+  if (det_lane() == 0) *count = 0;
+}

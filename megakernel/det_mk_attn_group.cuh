@@ -247,11 +247,9 @@ DET_DEV void det_mk_attn_group_chunk(const det_mk_attn_unit& u, det_attn_acc (&p
   det_sync_warp();  // the scratch is free for the warp's next unit
 }
 
-// ATTN_CHUNKS: units (row, KV head, query group, chunk of the pass) dealt over every warp of the
-// grid; a unit computes its chunk's (m, l, o) for each query head of its group (SPEC §13.4: a
-// chunk's partial depends on that chunk alone). When every row of the tile has a single chunk
-// (`direct`), the fold would take the partial as it is: the unit writes att = o / l itself and no
-// fold phase follows. Each (NA, QG) is its own function: ptxas allocates their registers apart
+// One unit's chunk (SPEC §13.4: a chunk's partial depends on that chunk alone) for each query head
+// of its group. When every row of the tile has a single chunk (`direct`), the fold would take the
+// partial as it is: the unit writes att = o / l itself. Each (NA, QG) is its own function: ptxas allocates their registers apart
 // (inlined into one phase, the five took it minutes per architecture).
 // One unit's partials: att = o / l (`direct`) or (m, l, o) at out + q * part_stride per query.
 template <int NA>
@@ -309,6 +307,7 @@ DET_DEV const det_mk_tile& det_mk_staged_tile() { return *(const det_mk_tile*)de
 struct det_mk_staged_task {
   int k, g, r0, r1;
 };
+DET_DEV int det_mk_staged_group(const det_llama_model& m) { return (int)(m.n_heads / m.n_kv_heads); }  // G
 DET_DEV int det_mk_staged_pairs(const det_llama_model& m) {  // query pairs of a KV head
   return (int)((m.n_heads / m.n_kv_heads + DET_MK_ATTN_GROUP - 1) / DET_MK_ATTN_GROUP);
 }
@@ -373,11 +372,24 @@ DET_DEV_NOINLINE int det_mk_attn_stage_run(const det_mk_ctx& c, int l, int pass,
   return b1;
 }
 
+// The arrival of ATTN_CHUNKS' unit `task` (det_mk_attn_arrive): its row and query pair found from
+// the task again, in a function of its own. Computed in the phase, the compiler kept the unit's row
+// and head live across the unit's call instead: sm_90's kernel took 247 registers, 242 this way
+// (240 without the arrival).
+DET_DEV_NOINLINE void det_mk_attn_unit_arrive(const det_mk_ctx& c, int l, int pass, int task) {
+  const det_llama_model& m = c.P->model;
+  const int G = (int)(m.n_heads / m.n_kv_heads), per_kv = (G + DET_MK_ATTN_GROUP - 1) / DET_MK_ATTN_GROUP;
+  const int rows = c.tile->n;
+  det_mk_attn_arrive(c, l, pass, task / per_kv % rows, task / (rows * per_kv) % (int)m.n_kv_heads * G +
+                                                          task % per_kv * DET_MK_ATTN_GROUP);
+}
+
 // ATTN_CHUNKS: units (row, KV head, query pair, chunk of the pass) dealt over every warp of the
 // grid; a unit computes its chunk's (m, l, o) for each query head of its pair (SPEC §13.4: a
-// chunk's partial depends on that chunk alone). When every row of the tile has a single chunk
-// (`direct`), the fold would take the partial as it is: the unit writes att = o / l itself and no
-// fold phase follows. With `rope`, each unit first does ROPE's work for itself. The unit's work is
+// chunk's partial depends on that chunk alone), and the pass's last unit of a (row, pair) folds
+// the pair's partials (det_mk_attn_arrive). When every row of the tile has a single chunk
+// (`direct`), the fold would take the partial as it is: the unit writes att = o / l itself and
+// counts nothing. With `rope`, each unit first does ROPE's work for itself. The unit's work is
 // a call per NA (the dot's accumulators that take terms rounded up to 8, 16 or 32), and ROPE's
 // another: each its own register allocation, with nothing live across them (called from inside
 // the unit, ROPE's work spilled on sm_120). A KV head with one query head runs a pair with a zero
@@ -424,20 +436,21 @@ DET_DEV_NOINLINE void det_mk_phase_attn_chunks(const det_mk_ctx& c, int64_t l, i
                            u.k_head, u.v_head, u.capacity, u.ck.base);
     det_mk_attn_unit_go(runs, D, u.scale, u.kc, u.vc, u.capacity, u.ck, rope ? u.jn : -1, u.nq, u.scratch, out,
                         part_stride, direct);
+    if (!direct) det_mk_attn_unit_arrive(c, (int)l, (int)pass, (int)task);
   }
 }
 
 // One unit of a staged run: row b's query pair `pair` of the task's KV head, on the block's copy
 // of its chunk, read as a cache that starts at the chunk (capacity - base positions, from 0).
-// Nothing when row b has no slot k in this pass.
-DET_DEV_NOINLINE void det_mk_attn_staged_unit(const det_mk_ctx& c, int l, int pass, int task, int b, int pair, bool direct) {
+// Nothing when row b has no slot k in this pass; returns whether the unit ran.
+DET_DEV_NOINLINE bool det_mk_attn_staged_unit(const det_mk_ctx& c, int l, int pass, int task, int b, int pair, bool direct) {
   constexpr int QG = DET_MK_ATTN_GROUP;
   const det_mk_params& P = *c.P;
   const det_llama_model& m = P.model;
   const det_llama_layer& L = m.layers[l];
   const det_mk_staged_task tk = det_mk_staged_task_of(c, task);
   const int64_t ch = det_mk_staged_chunk(c, L, pass, tk.k, b);
-  if (ch < 0) return;
+  if (ch < 0) return false;
   const int64_t D = L.head_dim, QD = m.n_heads * D, G = m.n_heads / m.n_kv_heads, q0 = pair * QG, hq0 = tk.g * G + q0;
   const int64_t p = det_mk_staged_tile().pos[b];
   det_mk_chunk ck = det_mk_chunk_of(det_mk_attn_lo(L, p), p, ch);
@@ -456,6 +469,7 @@ DET_DEV_NOINLINE void det_mk_attn_staged_unit(const det_mk_ctx& c, int l, int pa
   const int64_t stride = det_mk_attn_part_stride(m);
   if (D > 8 * DET_REDUCE_RUN) det_mk_attn_unit_run<16>(D, scale, ks, vs, capacity, 0, ck.j0, ck.j1, -1, nq, scratch, out, stride, direct);
   else det_mk_attn_unit_run<8>(D, scale, ks, vs, capacity, 0, ck.j0, ck.j1, -1, nq, scratch, out, stride, direct);
+  return true;
 }
 
 // ATTN_CHUNKS with geometry stage 2, for a tile whose rows share sequences (a prompt tile: not
@@ -471,9 +485,14 @@ DET_DEV_NOINLINE void det_mk_phase_attn_staged(const det_mk_ctx& c, int l, int p
   for (int task = det_block(); task < det_mk_staged_tasks(c, l, pass); task += det_blocks()) {
     for (int b0 = det_mk_staged_task_of(c, task).r0, b1; b0 < det_mk_staged_task_of(c, task).r1; b0 = b1) {
       b1 = det_mk_attn_stage_run(c, l, pass, task, b0);
-      for (int t = det_warp(); t < (b1 - b0) * det_mk_staged_pairs(c.P->model); t += det_warps())
-        det_mk_attn_staged_unit(c, l, pass, task, b0 + t / det_mk_staged_pairs(c.P->model),
-                                t % det_mk_staged_pairs(c.P->model), direct);
+      for (int t = det_warp(); t < (b1 - b0) * det_mk_staged_pairs(c.P->model); t += det_warps()) {
+        const int b = b0 + t / det_mk_staged_pairs(c.P->model), pair = t % det_mk_staged_pairs(c.P->model);
+        // The arrival here, not in the unit's function: what lives across the unit's call there
+        // adds to the kernel's registers.
+        if (det_mk_attn_staged_unit(c, l, pass, task, b, pair, direct) && !direct)
+          det_mk_attn_arrive(c, l, pass, b, det_mk_staged_task_of(c, task).g * det_mk_staged_group(c.P->model) +
+                                                pair * DET_MK_ATTN_GROUP);
+      }
       det_sync_block();  // every unit has read the copy before the next run's replaces it
     }
   }

@@ -543,10 +543,8 @@ DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
           break;
         }
         for (int pass = 0, passes = (int)det_mk_attn_passes(c, s.layer); pass < passes; ++pass) {
-          det_mk_phase_attn_units(c, s.layer, pass, false, det_mk_rope_in_attn());
-          det_mk_grid_sync(c, (int32_t)(2 * i + 1));  // every chunk's partial is written
-          det_mk_phase_attn_fold(c, s.layer, pass);
-          if (pass + 1 < passes) det_mk_grid_sync(c, (int32_t)(2 * i + 1));  // the fold's state, the partials
+          det_mk_phase_attn_units(c, s.layer, pass, false, det_mk_rope_in_attn());  // each pair's last unit folds
+          if (pass + 1 < passes) det_mk_grid_sync(c, (int32_t)(2 * i + 1));  // the fold's state; the partials free
         }
         break;
       case DET_STEP_MLP: det_mk_phase_mlp(c, s); break;

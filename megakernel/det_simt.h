@@ -11,6 +11,9 @@
 //                      threads); all blocks must be resident (cooperative launch)
 //   det_sync_grid_counter(bar, arrivals)  the same by a monotonic 64-bit arrival count (never
 //                      reset): thread 0 passes the count that completes this barrier
+//   det_warp_arrive(count)  every lane of a warp: its writes released, one arrival added to a
+//                      32-bit global count, the arrivals before it returned on every lane, and
+//                      the earlier arrivals' writes acquired (the last of n arrivals sees n - 1)
 //   det_shfl_down_n(v, n, d) / det_shfl_idx_n(v, n, src)  warp shuffles of n 32-bit values
 //   det_shfl_down_combine_n(v, n, d, f)  v[i] = f(v[i], v[i] of lane + d), all lanes at once
 //   det_smem()         the block's dynamic shared memory
@@ -139,6 +142,20 @@ DET_DEV void det_sync_grid_counter(unsigned int* bar, unsigned long long arrival
   __syncthreads();
 }
 
+// Split attention's arrival count (docs/SPEC.md §14.2): each lane's writes (a unit's partial),
+// fenced, come before lane 0's add, which the fence after it orders before the warp's later reads;
+// the arrivals before this one, on every lane. det_grid_barrier.h writes the same in C++ atomics
+// (det_arrival_impl: F4, the add, F5) for the emulation's threads mode and the litmus test.
+DET_DEV unsigned int det_warp_arrive(unsigned int* count) {
+  __threadfence();  // F4: release
+  __syncwarp();
+  unsigned int before = 0;
+  if ((threadIdx.x & (DET_WARP - 1)) == 0) before = atomicAdd(count, 1u);
+  before = __shfl_sync(0xffffffffu, before, 0);
+  __threadfence();  // F5: acquire
+  return before;
+}
+
 // A hint: the 128-byte line holding p into L2 (no value, no fault, no effect on any result).
 DET_DEV void det_prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 
@@ -206,6 +223,7 @@ uint64_t globaltimer();
 void sync_block();
 void sync_warp();
 void sync_grid(unsigned int* bar, unsigned long long arrivals);  // arrivals 0: the generation barrier
+unsigned int arrival(unsigned int* count);  // det_warp_arrive's lane 0 (det_grid_barrier.h's det_arrival)
 // Warp exchange: every lane offers n words and receives those of lane src (DET_SHFL_IDX), lane +
 // src (DET_SHFL_DOWN: a lane outside the warp reads its own) or lane ^ src (DET_SHFL_XOR), as
 // __shfl_sync / __shfl_down_sync / __shfl_xor_sync do.
@@ -274,6 +292,15 @@ DET_DEV int det_popc(uint32_t x) { return __builtin_popcount(x); }
 DET_DEV void det_atomic_add_shared(int* p, int v) { *p += v; }
 template <typename T>
 DET_DEV void det_shfl_down_n(T* v, int n, int delta) { det_shfl_n(v, n, delta, det_simt_host::DET_SHFL_DOWN); }
+// As on the GPU: the warp meets (a fiber switch, which orders the lanes' writes under TSan), lane 0
+// adds with det_grid_barrier.h's fences, and its result reaches every lane by an exchange.
+DET_DEV unsigned int det_warp_arrive(unsigned int* count) {
+  det_sync_warp();
+  unsigned int before[1] = {0};
+  if (det_lane() == 0) before[0] = det_simt_host::arrival(count);
+  det_shfl_n(before, 1, 0, det_simt_host::DET_SHFL_IDX);
+  return before[0];
+}
 template <typename T>
 DET_DEV void det_shfl_idx_n(T* v, int n, int src) { det_shfl_n(v, n, src, det_simt_host::DET_SHFL_IDX); }
 template <typename T>

@@ -179,6 +179,9 @@ def local_memory_counts(instrs):
 # last arrival's reset, fence and bump, the spin, a fence. The monotonic counter
 # (det_sync_grid_counter): fence, arriving add (a reduction), the spin, a fence.
 BARRIER_SHAPE = re.compile(r"^(?:LFA(?=[LSXFU]*L)[LS]*XFU[LS]*F|F[AU](?=[LS]*L)[LS]*F)$")
+# Split attention's arrival count (det_warp_arrive): a fence, the arriving add whose result is used,
+# a fence; the warp's own code between barriers, so a region may hold it more than once.
+ARRIVAL_SHAPE = re.compile(r"^(?:FAF)+$")
 
 
 def _barrier_token(instr):
@@ -198,19 +201,27 @@ def _barrier_token(instr):
     return kind if wide else kind.lower()
 
 
-def grid_barriers(instrs):
-    """(token strings of the barrier-shaped regions, token strings of the regions that have atomics
-    but not the shape). A region is the code between two BAR.SYNC."""
-    good, bad, region = [], [], []
+def atomic_regions(instrs):
+    """The token strings of the regions that have atomics, as {"barrier": grid-barrier-shaped,
+    "arrival": arrival-count-shaped, "bad": neither}. A region is the code between two BAR.SYNC."""
+    found, region = {"barrier": [], "arrival": [], "bad": []}, []
     for instr in instrs + ["BAR.SYNC"]:
         if _opcode(instr)[0].startswith("BAR.SYNC"):
             tokens = "".join(region)
             if re.search(r"[AXUOaxuo]", tokens):
-                (good if BARRIER_SHAPE.match(tokens) else bad).append(tokens)
+                kind = "barrier" if BARRIER_SHAPE.match(tokens) else "arrival" if ARRIVAL_SHAPE.match(tokens) else "bad"
+                found[kind].append(tokens)
             region = []
         else:
             region.append(_barrier_token(instr))
-    return good, bad
+    return found
+
+
+def grid_barriers(instrs):
+    """(token strings of the barrier-shaped regions, of the regions that have atomics but neither a
+    barrier's nor an arrival's shape)."""
+    found = atomic_regions(instrs)
+    return found["barrier"], found["bad"]
 
 
 # ---- the build ---------------------------------------------------------------------------------
@@ -236,6 +247,28 @@ extern "C" __global__ void __launch_bounds__(256) ctl_counter(unsigned int* bar,
     }                                                                                  \
     __syncthreads();                                                                   \
   }
+// The arrival count: the real det_warp_arrive, a faithful copy, and copies without a fence or with
+// block-scope ones. Each lane writes, arrives; the last warp reads a neighbour's write.
+extern "C" __global__ void __launch_bounds__(256) ctl_arrival(unsigned int* count, float* out) {
+  out[threadIdx.x] = 1.0f;
+  if (det_warp_arrive(count) == 7) out[threadIdx.x] += out[threadIdx.x ^ 32];
+}
+#define ARRIVAL_VARIANT(NAME, FENCE_ARRIVE, FENCE_LEAVE)                                            \
+  extern "C" __global__ void __launch_bounds__(256) NAME(unsigned int* count, float* out) {        \
+    out[threadIdx.x] = 1.0f;                                                                     \
+    FENCE_ARRIVE;                                                                                \
+    __syncwarp();                                                                                \
+    unsigned int before = 0;                                                                     \
+    if ((threadIdx.x & 31) == 0) before = atomicAdd(count, 1u);                                  \
+    before = __shfl_sync(0xffffffffu, before, 0);                                                \
+    FENCE_LEAVE;                                                                                 \
+    if (before == 7) out[threadIdx.x] += out[threadIdx.x ^ 32];                                  \
+  }
+ARRIVAL_VARIANT(ctl_arrival_copy, __threadfence(), __threadfence())
+ARRIVAL_VARIANT(ctl_arrival_no_release, (void)0, __threadfence())
+ARRIVAL_VARIANT(ctl_arrival_no_acquire, __threadfence(), (void)0)
+ARRIVAL_VARIANT(ctl_arrival_block_fence, __threadfence_block(), __threadfence_block())
+
 COUNTER_VARIANT(ctl_counter_copy, volatile unsigned long long, __threadfence(), __threadfence())
 COUNTER_VARIANT(ctl_counter_no_arrive_fence, volatile unsigned long long, (void)0, __threadfence())
 COUNTER_VARIANT(ctl_counter_no_leave_fence, volatile unsigned long long, __threadfence(), (void)0)
@@ -400,8 +433,9 @@ def _megakernel_rows(compiled):
     for a in compiled["archs"]:
         e = entries[(MEGAKERNEL, a)]
         ldl, stl = local_memory_counts(funcs[a][MEGAKERNEL])
-        good, bad = grid_barriers(funcs[a][MEGAKERNEL])
-        rows[a] = dict(e, ldl=ldl, stl=stl, barriers=len(good), bad_barriers=bad)
+        found = atomic_regions(funcs[a][MEGAKERNEL])
+        rows[a] = dict(e, ldl=ldl, stl=stl, barriers=len(found["barrier"]), arrivals=len(found["arrival"]),
+                       bad_barriers=found["bad"])
     compiled["rows"] = rows
     return rows
 
@@ -522,13 +556,15 @@ def test_resource_checks_catch_violations(compiled):
 def test_grid_barrier_shape(compiled):
     """Every region of the megakernel with an atomic is a grid barrier of the expected shape:
     strong load of the generation, fence, arriving atomic add; the reset, fence and bump; the spin on
-    a strong load; a fence before the closing __syncthreads."""
+    a strong load; a fence before the closing __syncthreads. Or split attention's arrival count:
+    fence, arriving add, fence."""
     rows = _megakernel_rows(compiled)
     for a, r in rows.items():
         assert r["barriers"] > 0, f"sm_{a}: no grid barrier found"
+        assert r["arrivals"] > 0, f"sm_{a}: no arrival count found"
         assert not r["bad_barriers"], f"sm_{a}: regions with atomics but not the barrier's shape: {r['bad_barriers']}"
-    counts = {r["barriers"] for r in rows.values()}
-    assert len(counts) == 1, counts  # the same barriers on every architecture
+    counts = {(r["barriers"], r["arrivals"]) for r in rows.values()}
+    assert len(counts) == 1, counts  # the same barriers and arrivals on every architecture
 
 
 def test_grid_barrier_check_catches_defects(compiled):
@@ -547,6 +583,19 @@ def test_grid_barrier_check_catches_defects(compiled):
             assert not good and len(bad) == 1, (a, name, good, bad)
         for name in ("ctl_pressure_low", "ctl_spill"):  # no atomics: no barrier region
             assert grid_barriers(funcs[a][name]) == ([], [])
+
+
+def test_arrival_check_catches_defects(compiled):
+    """The real det_warp_arrive and a faithful copy have the arrival's shape; a copy without its
+    release fence, without its acquire fence, or with block-scope fences is rejected, on every arch."""
+    funcs = compiled["functions"]["controls"]
+    for a in compiled["archs"]:
+        for name in ("ctl_arrival", "ctl_arrival_copy"):
+            found = atomic_regions(funcs[a][name])
+            assert found == {"barrier": [], "arrival": ["FAF"], "bad": []}, (a, name, found)
+        for name in ("ctl_arrival_no_release", "ctl_arrival_no_acquire", "ctl_arrival_block_fence"):
+            found = atomic_regions(funcs[a][name])
+            assert not found["arrival"] and len(found["bad"]) == 1, (a, name, found)
 
 
 def _nvcc_version():

@@ -7,10 +7,11 @@ emulation in a negative control:
 - smem: shared memory exactly sized and filled with seeded NaN words. One byte read past the end is
   an AddressSanitizer report; a read of unwritten shared memory gives NaN, not zero.
 - threads: a thread per block and the GPU's grid barriers (the generation barrier and the monotonic
-  counter of geometry barrier 1) in real atomics and fences (det_grid_barrier.h), under
-  ThreadSanitizer, plainly, and on aarch64 under qemu-user. A barrier with any one of its fences
-  left out is a reported data race, in a synthetic kernel, in the megakernel and in the litmus test
-  (tests/native/grid_barrier_litmus.cpp), which is also stressed over real threads on both hosts.
+  counter of geometry barrier 1) and split attention's arrival count in real atomics and fences
+  (det_grid_barrier.h), under ThreadSanitizer, plainly, and on aarch64 under qemu-user. A barrier or
+  an arrival with any one of its fences left out is a reported data race, in the megakernel and in
+  the litmus test (tests/native/grid_barrier_litmus.cpp), which is also stressed over real threads
+  on both hosts; a barrier's, in a synthetic kernel too.
 The megakernel runs small synthetic layouts (tests/native/emulation_modes.cpp) and must give the
 default emulation's digests under every mode, on x86 and on aarch64; the built extension reproduces
 the pinned digests under DET_SIMT_MODES=strict."""
@@ -47,8 +48,9 @@ BUILDS = {  # name: (compiler, flags, sources)
     "litmus-a64": ("aarch64-linux-gnu-g++", A64, LITMUS),
 }
 # Megakernel cases of tests/native/emulation_modes.cpp: 1 dense generate (2 blocks, ring 2),
-# 3 nf4 Gemma-3 generate (3 blocks x 2 warps, ring 4, tiles of 4), 4 the Gemma-4 layout.
-ASAN_CASES, TSAN_CASES, A64_CASES = "134", "3", "3"
+# 3 nf4 Gemma-3 generate (3 blocks x 2 warps, ring 4, tiles of 4), 4 the Gemma-4 layout, 5 a dense
+# forward whose split attention folds across blocks (the arrival count).
+ASAN_CASES, TSAN_CASES, A64_CASES = "134", "35", "35"
 
 
 def need_aarch64():
@@ -105,7 +107,7 @@ def digests(r):
 def reference(exe):
     """The default emulation's digests of every case (a plain build on this host)."""
     d = digests(run([exe["modes"], "default"]))
-    assert len(d) == 5
+    assert len(d) == 6
     return {case: h for (case, _), h in d.items()}
 
 
@@ -201,15 +203,31 @@ def test_the_grid_barrier_without_a_fence_is_reported(exe, drop):
         assert r.returncode != 0 and "ThreadSanitizer: data race" in r.stderr, (cmd, r.stdout, r.stderr[-3000:])
 
 
+@pytest.mark.parametrize("drop", [4, 5])
+def test_the_arrival_count_without_a_fence_is_reported(exe, drop):
+    """F4 (before the arrival's add) and F5 (after it): split attention's units release their
+    partials and the last of a (row, query pair) acquires them before its fold. Without either, a
+    data race under TSan in the megakernel (case 5: the fold reads a partial another block wrote)
+    and in the litmus test's `arrival` rounds."""
+    cases = [([exe["modes-tsan"], "--cases=5", "threads"], "threads"),
+             ([exe["litmus-tsan"], 4, 200, 5, "arrival"], None)]
+    for cmd, modes in cases:
+        clean = run(cmd, modes, DET_GRID_BARRIER_TEST_DROP="0", TSAN_OPTIONS="halt_on_error=1")
+        assert clean.returncode == 0 and "ThreadSanitizer" not in clean.stderr, (cmd, clean.stderr[-3000:])
+        r = run(cmd, modes, DET_GRID_BARRIER_TEST_DROP=str(drop), TSAN_OPTIONS="halt_on_error=1")
+        assert r.returncode != 0 and "ThreadSanitizer: data race" in r.stderr, (cmd, r.stdout, r.stderr[-3000:])
+
+
 def test_grid_barrier_litmus(exe):
     """The barrier as written passes the litmus test under TSan (happens-before) and stressed over
     real threads (as many rounds as 1.5 s allows, up to a million) on x86 and on aarch64 under
-    qemu-user."""
-    for kind in ([], ["counter"]):  # the generation barrier, the monotonic counter
+    qemu-user; so does the arrival count."""
+    for kind in ([], ["counter"], ["arrival"]):  # the generation barrier, the monotonic counter, the arrival
         r = run([exe["litmus-tsan"], 4, 300, 5, *kind], DET_GRID_BARRIER_TEST_DROP="0")
         assert r.returncode == 0 and r.stdout.startswith("litmus ok") and "ThreadSanitizer" not in r.stderr, r.stderr
     hosts = [[exe["litmus"]]] + ([["qemu-aarch64", exe["litmus-a64"]]] if have_aarch64() else [])
-    for threads, kind in ((2, []), (4, []), (8, []), (3, ["counter"]), (8, ["counter"])):
+    for threads, kind in ((2, []), (4, []), (8, []), (3, ["counter"]), (8, ["counter"]), (2, ["arrival"]),
+                          (5, ["arrival"])):
         for cmd in hosts:
             out = run([*cmd, threads, 1000000, 1.5, *kind]).stdout
             m = re.fullmatch(r"litmus ok \d+ threads (\d+) rounds\n", out)

@@ -1,5 +1,6 @@
 // det_grid_barrier.h: the GPU's grid barriers (megakernel/det_simt.h, the thread-0 part of
-// det_sync_grid and det_sync_grid_counter) written line for line in C++ atomics, so that the host can run it between real OS
+// det_sync_grid and det_sync_grid_counter) and its arrival count (det_warp_arrive's lane 0) written
+// line for line in C++ atomics, so that the host can run it between real OS
 // threads: the SIMT emulation's thread-per-block mode (det_simt_host.cpp, DET_SIMT_MODES=threads)
 // and the litmus test (tests/native/grid_barrier_litmus.cpp) both call this function.
 //
@@ -112,6 +113,30 @@ inline bool det_grid_counter_impl(unsigned long long* count, unsigned long long 
   return true;
 }
 
+// The arrival count (det_simt.h's det_warp_arrive: split attention's units of one (row, query
+// pair), the last of which folds their partials; docs/SPEC.md §14.2): lane 0 of a warp whose lanes
+// have written their part adds its arrival to a 32-bit count and learns how many came before it:
+//   F4                                  // the warp's writes before its arrival (release)
+//   old = count++                       // relaxed RMW, its result used
+//   F5                                  // the earlier arrivals' writes before this warp's reads (acquire)
+// Under TSan, as above: F4 makes the add a release, F5 an acquire. A test build drops F4 or F5
+// with Drop 4 or 5 (the barrier's own fences are 1 to 3).
+template <int Drop>
+inline unsigned int det_arrival_impl(unsigned int* count) {
+  constexpr bool f4 = Drop != 4, f5 = Drop != 5;
+#if defined(DET_GRID_BARRIER_TSAN)
+  constexpr bool fences = false;
+  constexpr int order = f4 ? (f5 ? __ATOMIC_ACQ_REL : __ATOMIC_RELEASE) : (f5 ? __ATOMIC_ACQUIRE : __ATOMIC_RELAXED);
+#else
+  constexpr bool fences = true;
+  constexpr int order = __ATOMIC_RELAXED;
+#endif
+  if constexpr (fences && f4) __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  const unsigned int old = __atomic_fetch_add(count, 1u, order);
+  if constexpr (fences && f5) __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  return old;
+}
+
 // Thread 0 of a block, between two block barriers: waits until all `blocks` blocks have arrived.
 // bar[0] counts arrivals, bar[1] is the generation (both zero before the first use). give_up() is
 // polled while waiting; when it returns true the wait is abandoned and false returned (a deadlock
@@ -143,4 +168,16 @@ inline bool det_grid_counter(unsigned int* bar, unsigned long long arrivals, Giv
 #endif
   return det_grid_counter_impl<DET_GRID_BARRIER_TEST_DROP < 0 ? 0 : DET_GRID_BARRIER_TEST_DROP>(count, arrivals,
                                                                                               give_up);
+}
+
+// The arrival count's add (det_arrival_impl): returns the arrivals before this one.
+inline unsigned int det_arrival(unsigned int* count) {
+#if DET_GRID_BARRIER_TEST_DROP < 0
+  switch (det_grid_barrier_drop) {
+    case 4: return det_arrival_impl<4>(count);
+    case 5: return det_arrival_impl<5>(count);
+    default: break;
+  }
+#endif
+  return det_arrival_impl<DET_GRID_BARRIER_TEST_DROP < 0 ? 0 : DET_GRID_BARRIER_TEST_DROP>(count);
 }

@@ -425,6 +425,8 @@ void sync_warp() {
   arrive(L->warp_bar[(g_sched->cur->bid * L->block + g_sched->cur->tid) / DET_WARP]);
 }
 
+unsigned int arrival(unsigned int* count) { return det_arrival(count); }
+
 void sync_grid(unsigned int* bar, unsigned long long arrivals) {
   Launch* L = g_sched->L;
   ++g_sched->cur->phase;  // the work after this barrier is the next phase's (counted by this thread)

@@ -158,8 +158,11 @@ int main(int argc, char** argv) {
   // barrier; in threads mode under TSan, the block barriers around each copy). a takes
   // the rows in prompt tiles of 64 (152 = 64 + 64 + 24), the normalizing phases 16 rows at a time
   // (area_rows: in smem mode the exactly sized shared memory holds 16 rows, not 64).
+  // d splits the attention in passes of 2 chunks: the forward's rows at positions 128..139 have two
+  // units a (row, query pair) in one pass, on different warps and blocks, and the later of them
+  // folds the earlier's partial (the arrival count: in threads mode between OS threads, under TSan).
   const det_mk_geometry a = {3, 2, 4, 64, 5, 1, 2, 0, 4, 2, 16}, b = {2, 1, 2, 16, 6, 0, 0, 1, 2, 1},
-                        c = {3, 2, 4, 4, 7, 32, 16, 1, 4, 3};
+                        c = {3, 2, 4, 4, 7, 32, 16, 1, 4, 3}, d = {3, 2, 2, 16, 8, 2, 0, 1, 1, 0};
   const Forward f0(dense), f2(nf4);
   const Generate g1(dense), g3(nf4), g4c(g4);
   if (on(0)) run_case(0, f0, dense, a, modes);
@@ -167,5 +170,6 @@ int main(int argc, char** argv) {
   if (on(2)) run_case(2, f2, nf4, b, modes);
   if (on(3)) run_case(3, g3, nf4, c, modes);
   if (on(4)) run_case(4, g4c, g4, c, modes);
+  if (on(5)) run_case(5, f0, dense, d, modes);
   return failures ? 1 : 0;
 }

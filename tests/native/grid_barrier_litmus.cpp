@@ -11,11 +11,14 @@
 // lets its reads run ahead of the others' writes, shows as a stale value (and, under TSan, as a data
 // race). A barrier that hangs is stopped by an alarm. Buffer k % 2 is next written in round k + 2,
 // after barrier k + 1, which every reader of round k must have reached first.
-//   grid_barrier_litmus THREADS ROUNDS [SECONDS [counter]]   prints "litmus ok" or "litmus FAILED
-//   <stale reads>"; with `counter`, the monotonic barrier (det_grid_counter) instead of the
-//   generation barrier
+//   grid_barrier_litmus THREADS ROUNDS [SECONDS [counter|arrival]]   prints "litmus ok" or "litmus
+//   FAILED <stale reads>"; with `counter`, the monotonic barrier (det_grid_counter) instead of the
+//   generation barrier; with `arrival`, the arrival count (det_arrival, split attention's units):
+//   in round k each thread writes its slot and arrives, and only the last arrival reads every slot
+//   (the fold) and sets the count back to zero, before the generation barrier ends the round
 // A test build with -DDET_GRID_BARRIER_TEST_DROP=-1 takes the fence to leave out from the
-// environment (DET_GRID_BARRIER_TEST_DROP=1, 2 or 3): the negative control.
+// environment (DET_GRID_BARRIER_TEST_DROP=1, 2 or 3 the barrier's, 4 or 5 the arrival's): the
+// negative control.
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +41,9 @@ namespace {
 
 alignas(8) unsigned int g_bar[2];
 bool g_counter = false;  // the monotonic barrier
+bool g_arrival = false;  // the arrival count
+unsigned int g_count = 0;  // the arrival count (atomics)
+long g_lasts = 0;          // rounds whose last arrival read the slots (written by that arrival only)
 
 // A thread's next barrier; passed: the barriers it has passed (the monotonic one waits for T each).
 void barrier(unsigned int T, unsigned long long& passed) {
@@ -61,6 +67,7 @@ int main(int argc, char** argv) {
   const int T = argc > 1 ? atoi(argv[1]) : 4, rounds = argc > 2 ? atoi(argv[2]) : 10000;
   const double seconds = argc > 3 ? atof(argv[3]) : 2.0;
   g_counter = argc > 4 && std::string(argv[4]) == "counter";
+  g_arrival = argc > 4 && std::string(argv[4]) == "arrival";
   if (T < 2 || rounds < 2) return 1;
   signal(SIGALRM, on_alarm);
   alarm(60 + (unsigned)seconds);
@@ -74,8 +81,17 @@ int main(int argc, char** argv) {
       for (int k = 0;; ++k) {
         unsigned int* buf = data.data() + (size_t)(k & 1) * T;
         buf[t] = (unsigned)k * (unsigned)T + (unsigned)t + 1u;
-        barrier((unsigned)T, passed);
-        for (int u = 0; u < T; ++u) stale += buf[u] != (unsigned)k * (unsigned)T + (unsigned)u + 1u;
+        if (g_arrival) {  // only the last arrival reads, then resets the count for the next round
+          if (det_arrival(&g_count) == (unsigned)T - 1) {
+            for (int u = 0; u < T; ++u) stale += buf[u] != (unsigned)k * (unsigned)T + (unsigned)u + 1u;
+            g_count = 0;  // plain, as the kernel's: the next arrivals come after the barrier
+            ++g_lasts;
+          }
+          barrier((unsigned)T, passed);
+        } else {
+          barrier((unsigned)T, passed);
+          for (int u = 0; u < T; ++u) stale += buf[u] != (unsigned)k * (unsigned)T + (unsigned)u + 1u;
+        }
         // A second barrier every third round varies the spacing between the writes and the reads.
         if (k % 3 == 2) barrier((unsigned)T, passed);
         // Thread 0 ends the run after the next round (at the round count or the time limit); the
@@ -98,9 +114,10 @@ int main(int argc, char** argv) {
   unsigned long long count = 0;
   memcpy(&count, g_bar, sizeof count);
   if (g_counter ? g_stale || count != (unsigned long long)passes * (unsigned)T
-                : g_stale || g_bar[0] != 0 || g_bar[1] != passes) {
-    printf("litmus FAILED %ld stale reads, count %u, generation %u, 64-bit count %llu (want %u passes)\n", g_stale,
-           g_bar[0], g_bar[1], count, passes);
+                : g_stale || g_bar[0] != 0 || g_bar[1] != passes || (g_arrival && (g_count || g_lasts != n))) {
+    printf("litmus FAILED %ld stale reads, count %u, generation %u, 64-bit count %llu (want %u passes), "
+           "arrival count %u, last arrivals %ld (want %d)\n", g_stale, g_bar[0], g_bar[1], count, passes, g_count,
+           g_lasts, n);
     return 1;
   }
   printf("litmus ok %d threads %d rounds\n", T, n);

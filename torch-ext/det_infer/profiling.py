@@ -70,7 +70,7 @@ def _block_median_us(stamps, start):
 
 def phases(timeline, plan):
     """One dict per synchronization: kind (the plan step's; "out_norm" for a residual's second
-    phase, "attend_chunks" for split attention's chunk phase (and its passes but the last), "pick"
+    phase, "attend_pass" for split attention's passes but the last (units and folds), "pick"
     for the end of a decode step), layer, phase / spread / release in us, and from j = 1 on the
     per-block medians ready / first_warp / last_warp in us (None at j = 0, whose blocks' start is
     not stamped; ready None where no block staged inputs)."""
@@ -81,7 +81,7 @@ def phases(timeline, plan):
             kind, layer = "pick", -1
         else:
             step = plan[tag // 2]
-            inner = {"residual": "out_norm", "attend": "attend_chunks"}  # the steps with inner barriers
+            inner = {"residual": "out_norm", "attend": "attend_pass"}  # the steps with inner barriers
             kind, layer = (inner[step["kind"]] if tag % 2 else step["kind"]), step["layer"]
         last_in = int(arrive[j].max())
         start = int(leave[j - 1].max()) if j else int(arrive[j].min())
