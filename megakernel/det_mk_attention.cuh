@@ -127,8 +127,9 @@ DET_DEV void det_mk_attn_chunk_values(const det_mk_attn_head& a, const det_mk_ch
   }
 }
 
-// The attention scale 1/sqrt(attn_scale_dim), and the warp's scratch in the phase area: one
-// chunk's scores and exps, and the running numerator O.
+// The attention scale 1/sqrt(attn_scale_dim), and the warp's scratch in the phase area: with attn
+// 0, one chunk's scores and exps, and the running numerator O; split, a unit's (det_mk_attn_unit_new_key),
+// then its fold's numerators at the start.
 DET_DEV float det_mk_attn_scale(const det_llama_model& m) { return det_rsqrt_f32((float)m.attn_scale_dim); }
 DET_DEV float* det_mk_attn_scratch(const det_mk_ctx& c) {
   return c.area + det_warp() * det_mk_attn_scratch_floats(&c.P->model, c.P->geo.attn);

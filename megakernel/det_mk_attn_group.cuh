@@ -248,13 +248,13 @@ DET_DEV void det_mk_attn_group_chunk(const det_mk_attn_unit& u, det_attn_acc (&p
 }
 
 // One unit's chunk (SPEC §13.4: a chunk's partial depends on that chunk alone) for each query head
-// of its group. When every row of the tile has a single chunk (`direct`), the fold would take the
-// partial as it is: the unit writes att = o / l itself. Each (NA, QG) is its own function: ptxas allocates their registers apart
-// (inlined into one phase, the five took it minutes per architecture).
-// One unit's partials: att = o / l (`direct`) or (m, l, o) at out + q * part_stride per query.
+// of its pair: (m, l, o) at out + q * part_stride per query; or, when every row of the tile has a
+// single chunk (`direct`), att = o / l at out + q * D, which the fold would write from the partial.
+// Each NA (the dot's accumulators that take terms) is its own function: ptxas allocates their
+// registers apart (inlined into one phase, they took it minutes per architecture). Its arguments
+// are scalars, which the call passes in registers (a unit struct, by reference or by value, went
+// through local memory: sm_90 +260 LDL or +80 STL).
 template <int NA>
-// Its arguments are scalars, which the call passes in registers (a unit struct, by reference or by
-// value, went through local memory: sm_90 +260 LDL or +80 STL).
 DET_DEV_NOINLINE void det_mk_attn_unit_run(int64_t D, float scale, const float* kc, const float* vc, int64_t capacity,
                                            int64_t base, int64_t j0, int64_t j1, int64_t jn, int nq, float* scratch,
                                            float* out, int64_t part_stride, bool direct) {

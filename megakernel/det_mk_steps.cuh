@@ -27,8 +27,10 @@ DET_DEV float det_mk_embedding(const det_llama_model& m, int32_t id, int64_t k) 
 // round trip each, one after another: the compiler cannot tell that the area and the stream do
 // not alias, so each store holds the next load (ceil(hidden / threads) round trips on the phase's
 // path: 3 for SmolLM2-135M, 8 for Llama-3.2-1B). The wait also covers the ring stages the phase
-// primed before it (det_mk_prime), which were requested first.
-DET_DEV void det_mk_load_rows(const det_mk_ctx& c, int first, int nb, const int32_t* src_row, bool from_embed) {
+// primed before it (det_mk_prime), which were requested first, and any copy the caller issued
+// (`pending`: the norm's weights).
+DET_DEV void det_mk_load_rows(const det_mk_ctx& c, int first, int nb, const int32_t* src_row, bool from_embed,
+                              bool pending = false) {
   const det_llama_model& m = c.P->model;
   const int64_t H = m.hidden;
   for (int j = 0; j < nb; ++j) {
@@ -42,7 +44,7 @@ DET_DEV void det_mk_load_rows(const det_mk_ctx& c, int first, int nb, const int3
     const float* x = c.P->ws.x + r * H;
     for (int64_t k = 4 * (int64_t)det_thread(); k < H; k += 4 * (int64_t)det_threads()) det_cp_async16_l2(dst + k, x + k);
   }
-  if (!from_embed) {
+  if (!from_embed || pending) {
     det_cp_async_commit();
     det_cp_async_wait<0>();
   }
@@ -52,14 +54,23 @@ DET_DEV void det_mk_load_rows(const det_mk_ctx& c, int first, int nb, const int3
 // Every block: area rows j < nb = rmsnorm(source row first + j) * w (docs/SPEC.md §13.2), sources
 // as in det_mk_load_rows (at layer 0 the embedding, which layer 0 also writes to the residual
 // stream). A warp per row computes the row's factor (the canonical dot); then every thread of the
-// block scales its share of the elements: one round trip for the weights w, where a warp scaling
-// a whole row alone took one per 32 elements while the other warps waited. (Holding its share of w
-// in registers from the start, to take that round trip beside the rows', spilled sm_120's kernel.)
+// block scales its share of the elements. When the area has a row to spare (nb below its rows: a
+// decode step, a short prompt), the weights w are copied there with the rows (cp.async, one round
+// trip for both) and the scale reads shared memory; else each thread reads its share of w from
+// global memory, one round trip per element it scales, one after another: the compiler cannot tell
+// that the area's stores do not alias w (3 for SmolLM2-135M, 8 for Llama-3.2-1B at 256 threads;
+// holding them in registers from the start spilled sm_120's kernel).
 DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int first, int nb, const int32_t* src_row, bool from_embed,
                               const float* w) {
   const int64_t H = c.P->model.hidden;
   float* factor = c.area + det_mk_norm_factor_offset(&c.P->model, &c.P->geo);
-  det_mk_load_rows(c, first, nb, src_row, from_embed);
+  // Row nb of the area is free (H % 8 == 0: 16-byte aligned); cp.async needs w 16-byte aligned too
+  // (a norm tensor is any contiguous fp32 tensor: det_mk_check_alignment checks only the matrices).
+  const bool spare = nb < det_mk_area_rows(&c.P->geo) && (uintptr_t)w % 16 == 0;
+  if (spare)
+    for (int64_t k = 4 * (int64_t)det_thread(); k < H; k += 4 * (int64_t)det_threads()) det_cp_async16(c.area + nb * H + k, w + k);
+  const float* ws = spare ? c.area + nb * H : w;
+  det_mk_load_rows(c, first, nb, src_row, from_embed, spare);
   for (int j = det_warp(); j < nb; j += det_warps()) {
     const float r = det_mk_warp_rms_factor(c.area + j * H, H, c.P->model.rms_eps);
     if (det_lane() == 0) factor[j] = r;
@@ -68,7 +79,7 @@ DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int first, int nb, const int3
   for (int j = 0; j < nb; ++j) {
     float* v = c.area + j * H;
     const float r = factor[j];
-    for (int64_t k = det_thread(); k < H; k += det_threads()) v[k] = det_rmsnorm_scale_f32(v[k], r, det_ld(w + k));
+    for (int64_t k = det_thread(); k < H; k += det_threads()) v[k] = det_rmsnorm_scale_f32(v[k], r, det_ld(ws + k));
   }
   det_sync_block();
   det_mk_stamp_ready();

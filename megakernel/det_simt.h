@@ -143,8 +143,9 @@ DET_DEV void det_sync_grid_counter(unsigned int* bar, unsigned long long arrival
 }
 
 // Split attention's arrival count (docs/SPEC.md §14.2): each lane's writes (a unit's partial),
-// fenced, come before lane 0's add, which the fence after it orders before the warp's later reads;
-// the arrivals before this one, on every lane. det_grid_barrier.h writes the same in C++ atomics
+// fenced, come before lane 0's add, which the fence after it and the warp barrier order before the
+// warp's later reads (as det_sync_grid's last fence and __syncthreads do for a block); the arrivals
+// before this one, on every lane. det_grid_barrier.h writes the same in C++ atomics
 // (det_arrival_impl: F4, the add, F5) for the emulation's threads mode and the litmus test.
 DET_DEV unsigned int det_warp_arrive(unsigned int* count) {
   __threadfence();  // F4: release
@@ -153,6 +154,7 @@ DET_DEV unsigned int det_warp_arrive(unsigned int* count) {
   if ((threadIdx.x & (DET_WARP - 1)) == 0) before = atomicAdd(count, 1u);
   before = __shfl_sync(0xffffffffu, before, 0);
   __threadfence();  // F5: acquire
+  __syncwarp();     // lane 0's acquire before every lane's reads (a shuffle is not a synchronization in PTX's model)
   return before;
 }
 

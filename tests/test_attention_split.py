@@ -1,5 +1,6 @@
 """Split attention (geometry attn = C > 0: units of (row, KV head's query heads, 128-position chunk)
-over the whole grid, then a fold per (row, query head) in increasing chunk order, C chunks per pass) gives
+over the whole grid, the last unit of each (row, query pair) folding the pair's partials in increasing
+chunk order, C chunks per pass) gives
 the CPU engine's bits past several chunks: for every family's attention (full, sliding windows that
 start inside a chunk, Gemma's local and global layers, Gemma-4's shared K/V), in one pass and in
 many, for batch rows at different positions; and it spreads the work: the busiest warp's attention

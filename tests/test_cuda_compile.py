@@ -262,6 +262,7 @@ extern "C" __global__ void __launch_bounds__(256) ctl_arrival(unsigned int* coun
     if ((threadIdx.x & 31) == 0) before = atomicAdd(count, 1u);                                  \
     before = __shfl_sync(0xffffffffu, before, 0);                                                \
     FENCE_LEAVE;                                                                                 \
+    __syncwarp();                                                                                \
     if (before == 7) out[threadIdx.x] += out[threadIdx.x ^ 32];                                  \
   }
 ARRIVAL_VARIANT(ctl_arrival_copy, __threadfence(), __threadfence())

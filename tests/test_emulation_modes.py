@@ -47,10 +47,11 @@ BUILDS = {  # name: (compiler, flags, sources)
     "litmus-tsan": ("c++", TSAN, LITMUS),
     "litmus-a64": ("aarch64-linux-gnu-g++", A64, LITMUS),
 }
-# Megakernel cases of tests/native/emulation_modes.cpp: 1 dense generate (2 blocks, ring 2),
-# 3 nf4 Gemma-3 generate (3 blocks x 2 warps, ring 4, tiles of 4), 4 the Gemma-4 layout, 5 a dense
-# forward whose split attention folds across blocks (the arrival count).
-ASAN_CASES, TSAN_CASES, A64_CASES = "134", "35", "35"
+# Megakernel cases of tests/native/emulation_modes.cpp: 0 a dense forward in prompt tiles of 64,
+# its split attention a pass per chunk, 1 dense generate (2 blocks, ring 2), 3 nf4 Gemma-3 generate
+# (3 blocks x 2 warps, ring 4, tiles of 4), 4 the Gemma-4 layout, 5 and 6 a dense forward whose
+# split attention folds across blocks (the arrival count; 6 on each block's copy of the chunk).
+ASAN_CASES, TSAN_CASES, A64_CASES = "134", "0356", "356"
 
 
 def need_aarch64():
@@ -107,7 +108,7 @@ def digests(r):
 def reference(exe):
     """The default emulation's digests of every case (a plain build on this host)."""
     d = digests(run([exe["modes"], "default"]))
-    assert len(d) == 6
+    assert len(d) == 7
     return {case: h for (case, _), h in d.items()}
 
 
@@ -207,9 +208,10 @@ def test_the_grid_barrier_without_a_fence_is_reported(exe, drop):
 def test_the_arrival_count_without_a_fence_is_reported(exe, drop):
     """F4 (before the arrival's add) and F5 (after it): split attention's units release their
     partials and the last of a (row, query pair) acquires them before its fold. Without either, a
-    data race under TSan in the megakernel (case 5: the fold reads a partial another block wrote)
-    and in the litmus test's `arrival` rounds."""
+    data race under TSan in the megakernel (cases 5 and 6: the fold reads a partial another block
+    wrote, from the grid's units and from the staged ones) and in the litmus test's `arrival` rounds."""
     cases = [([exe["modes-tsan"], "--cases=5", "threads"], "threads"),
+             ([exe["modes-tsan"], "--cases=6", "threads"], "threads"),
              ([exe["litmus-tsan"], 4, 200, 5, "arrival"], None)]
     for cmd, modes in cases:
         clean = run(cmd, modes, DET_GRID_BARRIER_TEST_DROP="0", TSAN_OPTIONS="halt_on_error=1")

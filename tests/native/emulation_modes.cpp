@@ -160,9 +160,11 @@ int main(int argc, char** argv) {
   // (area_rows: in smem mode the exactly sized shared memory holds 16 rows, not 64).
   // d splits the attention in passes of 2 chunks: the forward's rows at positions 128..139 have two
   // units a (row, query pair) in one pass, on different warps and blocks, and the later of them
-  // folds the earlier's partial (the arrival count: in threads mode between OS threads, under TSan).
+  // folds the earlier's partial (the arrival count: in threads mode between OS threads, under TSan);
+  // e the same with each block's copy of the chunk (stage 2: the staged units arrive).
   const det_mk_geometry a = {3, 2, 4, 64, 5, 1, 2, 0, 4, 2, 16}, b = {2, 1, 2, 16, 6, 0, 0, 1, 2, 1},
-                        c = {3, 2, 4, 4, 7, 32, 16, 1, 4, 3}, d = {3, 2, 2, 16, 8, 2, 0, 1, 1, 0};
+                        c = {3, 2, 4, 4, 7, 32, 16, 1, 4, 3}, d = {3, 2, 2, 16, 8, 2, 0, 1, 1, 0},
+                        e = {3, 2, 2, 16, 9, 2, 0, 0, 1, 2};
   const Forward f0(dense), f2(nf4);
   const Generate g1(dense), g3(nf4), g4c(g4);
   if (on(0)) run_case(0, f0, dense, a, modes);
@@ -171,5 +173,6 @@ int main(int argc, char** argv) {
   if (on(3)) run_case(3, g3, nf4, c, modes);
   if (on(4)) run_case(4, g4c, g4, c, modes);
   if (on(5)) run_case(5, f0, dense, d, modes);
+  if (on(6)) run_case(6, f0, dense, e, modes);
   return failures ? 1 : 0;
 }
