@@ -175,7 +175,8 @@ def tile_terms(plan, cfg, geo, sms, positions, wanted, pick, distinct=False):
             continue
         if kind == "rope" and distinct and geo.get("attn", 0) > 0:
             continue
-        t["phase"] += 1 + s["out_norm"]
+        # Gemma's output norm: a phase of its own, or with geometry barrier 1 the last block's work
+        t["phase"] += 1 + (s["out_norm"] and not geo.get("barrier", 0))
         if s["weight_rows"]:
             n_in = wanted if kind == "head" else rows
             nbytes = 2 * s["weight_rows"] * s["k"]

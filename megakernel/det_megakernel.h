@@ -43,7 +43,8 @@ struct det_mk_geometry {
                    // a GEMV phase begins with, each warp issues its first ring stages and hints the first
                    // A KB of its weight rows into L2 (det_mk_gemv_ahead)
   int barrier;     // the grid barrier: 0 the generation barrier (det_sync_grid), 1 the monotonic
-                   // arrival counter (det_sync_grid_counter)
+                   // arrival counter (det_sync_grid_counter), and Gemma's output norms done by the last
+                   // block to finish its RESIDUAL GEMV (an arrival count) instead of a phase of their own
   int outs;        // the GEMV's weight rows a warp streams at once: 0 or 1, one; 2 or 4, that many, each
                    // input value loaded from shared memory feeding all of them (det_mk_gemv_outs)
   int stage;       // what a block copies into its shared memory once for all its warps, bits: 1, the inputs
@@ -145,6 +146,8 @@ struct det_mk_workspace {
   float* attn_run;       // (rows, heads, head_dim + 2)
   unsigned int* attn_count;  // (rows, heads) a pass's units of (row, query pair) arrived so far, at the
                              // pair's first query head: zero before the launch and after each fold
+  unsigned int* out_count;   // (1,) geometry barrier 1: blocks done with a RESIDUAL step's GEMV whose
+                             // output norm follows (Gemma): zero before the launch and after each norm
 };
 
 struct det_mk_params {

@@ -9,7 +9,7 @@
 namespace {
 
 struct Sizes {
-  int64_t x, q, kv, att, act, ple, logits, sincos, attn_part, attn_run, attn_count;
+  int64_t x, q, kv, att, act, ple, logits, sincos, attn_part, attn_run, attn_count, out_count;
 };
 
 // Every section a multiple of 4 words, so that each starts 16-byte aligned.
@@ -24,7 +24,7 @@ Sizes sizes(const det_llama_model* m, int rows) {
   return {up4(rows * m->hidden), up4(rows * QD),       up4(rows * KVD),
           up4(rows * QD),        up4(rows * act),      up4(rows * m->n_layers * m->ple_dim),
           up4(wanted * m->vocab),  up4(rows * m->rope_pairs * 2), up4(part * DET_MK_ATTN_PASS_CHUNKS), up4(part),
-          up4(rows * m->n_heads)};
+          up4(rows * m->n_heads), up4(1)};
 }
 
 int fail(const char** why, int code, const char* text) {
@@ -38,7 +38,7 @@ size_t det_mk_workspace_bytes(const det_llama_model* m, int tile_rows) {
   const Sizes s = sizes(m, tile_rows);
   // logits and the sampler's e: a word each per logit; its ranking: two 64-bit pairs
   const int64_t words = 2 * s.x + s.q + 2 * s.kv + s.att + s.act + s.ple + 6 * s.logits + s.sincos + s.attn_part +
-                        s.attn_run + s.attn_count;  // fp32 or int32
+                        s.attn_run + s.attn_count + s.out_count;  // fp32 or int32
   return (size_t)words * 4 + DET_MK_SEQ_MAX * sizeof(int32_t) + 4 * sizeof(unsigned int);
 }
 
@@ -59,6 +59,7 @@ det_mk_workspace det_mk_workspace_carve(const det_llama_model* m, int tile_rows,
   w.attn_part = f; f += s.attn_part;
   w.attn_run = f; f += s.attn_run;
   w.attn_count = (unsigned int*)f; f += s.attn_count;
+  w.out_count = (unsigned int*)f; f += s.out_count;
   w.sample_e = f; f += s.logits;
   w.sample_rank = (uint64_t*)f; f += 4 * s.logits;
   w.next_token = (int32_t*)f;

@@ -274,11 +274,13 @@ DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_
 
 // OUT_NORM, the second half of a RESIDUAL step with an output norm (Gemma): one warp per row,
 // x += rmsnorm(out) * w, then (Gemma-4's layer scalar, on the layer's last residual step)
-// x = fl(x * scalar).
-DET_DEV_NOINLINE void det_mk_phase_out_norm(const det_mk_ctx& c, const float* w, const float* scalar) {
+// x = fl(x * scalar). Rows first, first + stride, ...: a warp of the grid (its own phase) or of
+// the last block to finish the GEMV (det_mk_out_norm_last).
+DET_DEV_NOINLINE void det_mk_phase_out_norm(const det_mk_ctx& c, const float* w, const float* scalar, int first,
+                                            int stride) {
   const det_llama_model& m = c.P->model;
   const int64_t H = m.hidden;
-  for (int64_t b = c.gwarp; b < c.tile->n; b += c.nwarps) {
+  for (int64_t b = first; b < c.tile->n; b += stride) {
     const float* y = c.P->ws.out + b * H;
     float* x = c.P->ws.x + b * H;
     const float r = det_mk_warp_rms_factor(y, H, m.rms_eps);
@@ -287,6 +289,26 @@ DET_DEV_NOINLINE void det_mk_phase_out_norm(const det_mk_ctx& c, const float* w,
       if (scalar) x[k] = det_mul_f32(x[k], *scalar);
     }
   }
+}
+
+// Geometry barrier 1: whether this block is the grid's last to finish a RESIDUAL step's GEMV whose
+// output norm follows, and so holds every output of the tile's rows (SPEC §14.2). Once the block's
+// warps are done (a block barrier), warp 0 counts the block's arrival (det_warp_arrive: the block's
+// writes released, the earlier blocks' acquired) and the last block sets the count back to zero
+// (every block has arrived; the next arrivals come after a grid barrier). The answer reaches the
+// block through its phase area, free once the GEMV is done.
+DET_DEV_NOINLINE bool det_mk_out_norm_last(const det_mk_ctx& c) {
+  int* last = (int*)det_mk_area_of(c.P->geo);
+  det_sync_block();
+  if (det_warp() == 0) {
+    const unsigned int before = det_warp_arrive(c.P->ws.out_count);
+    if (det_lane() == 0) {
+      *last = before == (unsigned int)det_blocks() - 1;
+      if (*last) *c.P->ws.out_count = 0;
+    }
+  }
+  det_sync_block();
+  return det_ld(last) != 0;
 }
 
 // MLP: normalized rows; per output n the gate row then the up row, then act(gate) * up.
@@ -562,9 +584,11 @@ DET_DEV void det_mk_forward_tile(const det_mk_ctx& c) {
       case DET_STEP_PLE_GATE: det_mk_phase_ple_gate(c, s); break;
       case DET_STEP_RESIDUAL:
         det_mk_phase_residual_gemv(c, s);
-        if (s.norm) {
+        if (s.norm && c.P->geo.barrier) {  // no phase of its own: the last block to finish normalizes
+          if (det_mk_out_norm_last(c)) det_mk_phase_out_norm(c, s.norm, s.scalar, det_warp(), det_warps());
+        } else if (s.norm) {
           det_mk_grid_sync(c, (int32_t)(2 * i));
-          det_mk_phase_out_norm(c, s.norm, s.scalar);
+          det_mk_phase_out_norm(c, s.norm, s.scalar, c.gwarp, c.nwarps);
           det_mk_ahead(c, i);
           det_mk_grid_sync(c, (int32_t)(2 * i + 1));
           continue;

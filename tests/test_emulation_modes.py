@@ -209,9 +209,12 @@ def test_the_arrival_count_without_a_fence_is_reported(exe, drop):
     """F4 (before the arrival's add) and F5 (after it): split attention's units release their
     partials and the last of a (row, query pair) acquires them before its fold. Without either, a
     data race under TSan in the megakernel (cases 5 and 6: the fold reads a partial another block
-    wrote, from the grid's units and from the staged ones) and in the litmus test's `arrival` rounds."""
+    wrote, from the grid's units and from the staged ones; case 3, geometry barrier 1: Gemma-3's
+    output norm on the last block reads the projection's outputs every block wrote) and in the
+    litmus test's `arrival` rounds."""
     cases = [([exe["modes-tsan"], "--cases=5", "threads"], "threads"),
              ([exe["modes-tsan"], "--cases=6", "threads"], "threads"),
+             ([exe["modes-tsan"], "--cases=3", "threads"], "threads"),
              ([exe["litmus-tsan"], 4, 200, 5, "arrival"], None)]
     for cmd, modes in cases:
         clean = run(cmd, modes, DET_GRID_BARRIER_TEST_DROP="0", TSAN_OPTIONS="halt_on_error=1")

@@ -4,6 +4,7 @@ stamps have a barrier's shape (no block leaves before the last one arrives). A f
 import importlib
 
 import pytest
+import torch
 from det_fixtures.certification import model_dir
 
 GEO = dict(grid=3, warps=2, ring=2, tile_rows=4, seed=5)
@@ -41,6 +42,27 @@ def test_timeline_follows_the_plan(model, prof):
     assert {"qkv", "rope", "attend", "mlp", "residual", "head", "pick"} <= kinds
     assert ("out_norm" in kinds) == any(s["out_norm"] for s in plan)
     assert "| qkv |" in prof.phase_table(rows)
+
+
+def test_output_norms_without_their_phase(di, prof, tmp_path):
+    """Geometry barrier 1 (gemma3: an output norm after each attention and MLP projection): the last
+    block to finish a projection normalizes its rows, so such a step has one synchronization
+    instead of two (no out_norm phase); the tokens and every step's logits are barrier 0's bits."""
+    directory = model_dir("gemma3", tmp_path)
+    prompts = [[5, 9, 2, 7, 1, 3], [4, 4, 8]]
+    syncs, outputs = {}, {}
+    for barrier in (0, 1):
+        mm = di.MegaModel.from_pretrained(directory, max_context=64, executor="emulated",
+                                          geometry=dict(GEO, barrier=barrier))
+        plan = mm.layer_plan()
+        kinds = [r["kind"] for r in prof.phases(prof.phase_timeline(mm, prompts, 3), plan)]
+        assert ("out_norm" in kinds) == (barrier == 0)
+        syncs[barrier] = kinds.count("residual") + kinds.count("out_norm")
+        outputs[barrier] = mm.generate_batch(prompts, 3, return_logits=True)
+    assert all(s["out_norm"] for s in plan if s["kind"] == "residual")
+    assert syncs[1] > 0 and syncs[0] == 2 * syncs[1]
+    (t0, l0), (t1, l1) = outputs[0], outputs[1]
+    assert t0 == t1 and all(torch.equal(a.view(torch.int32), b.view(torch.int32)) for a, b in zip(l0, l1))
 
 
 def test_stamps_have_a_barriers_shape(model, prof):
