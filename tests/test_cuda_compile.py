@@ -179,9 +179,10 @@ def local_memory_counts(instrs):
 # last arrival's reset, fence and bump, the spin, a fence. The monotonic counter
 # (det_sync_grid_counter): fence, arriving add (a reduction), the spin, a fence.
 BARRIER_SHAPE = re.compile(r"^(?:LFA(?=[LSXFU]*L)[LS]*XFU[LS]*F|F[AU](?=[LS]*L)[LS]*F)$")
-# Split attention's arrival count (det_warp_arrive): a fence, the arriving add whose result is used,
-# a fence; the warp's own code between barriers, so a region may hold it more than once.
-ARRIVAL_SHAPE = re.compile(r"^(?:FAF)+$")
+# The arrival count (det_warp_arrive: split attention's folds, Gemma's output norms at barrier 1): a
+# fence, the arriving add whose result is used, a fence (two where ptxas lays out a second copy for
+# a divergent warp's shuffle); the warp's own code between barriers, so a region may hold several.
+ARRIVAL_SHAPE = re.compile(r"^(?:FAF+)+$")
 
 
 def _barrier_token(instr):
@@ -593,7 +594,7 @@ def test_arrival_check_catches_defects(compiled):
     for a in compiled["archs"]:
         for name in ("ctl_arrival", "ctl_arrival_copy"):
             found = atomic_regions(funcs[a][name])
-            assert found == {"barrier": [], "arrival": ["FAF"], "bad": []}, (a, name, found)
+            assert not found["barrier"] and len(found["arrival"]) == 1 and not found["bad"], (a, name, found)
         for name in ("ctl_arrival_no_release", "ctl_arrival_no_acquire", "ctl_arrival_block_fence"):
             found = atomic_regions(funcs[a][name])
             assert not found["arrival"] and len(found["bad"]) == 1, (a, name, found)
