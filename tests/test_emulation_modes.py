@@ -216,9 +216,7 @@ def test_the_arrival_count_without_a_fence_is_reported(exe, drop):
              ([exe["modes-tsan"], "--cases=6", "threads"], "threads"),
              ([exe["modes-tsan"], "--cases=3", "threads"], "threads"),
              ([exe["litmus-tsan"], 4, 200, 5, "arrival"], None)]
-    for cmd, modes in cases:
-        clean = run(cmd, modes, DET_GRID_BARRIER_TEST_DROP="0", TSAN_OPTIONS="halt_on_error=1")
-        assert clean.returncode == 0 and "ThreadSanitizer" not in clean.stderr, (cmd, clean.stderr[-3000:])
+    for cmd, modes in cases:  # clean with every fence: test_threads_under_thread_sanitizer, test_grid_barrier_litmus
         r = run(cmd, modes, DET_GRID_BARRIER_TEST_DROP=str(drop), TSAN_OPTIONS="halt_on_error=1")
         assert r.returncode != 0 and "ThreadSanitizer: data race" in r.stderr, (cmd, r.stdout, r.stderr[-3000:])
 
