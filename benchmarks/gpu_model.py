@@ -438,7 +438,8 @@ WHATIF = (
      "this can save if the fitted per-row item cost is the epilogue", {"geometry": {"epilogue": "lane"}}),
     ("split attention (issue 48, as landed)", "geometry attn 32: (row, KV head, query pair, chunk) units over "
      "every warp, past one chunk the last unit of a (row, pair) folding its heads in the same phase (since "
-     "2026-12-07; a fold phase before), at the per-slot cost fitted to attn 0 (the walk that loads one key at a time)", {"geometry": {"attn": 32}}),
+     "2026-12-07; a fold phase before), at the per-slot cost fitted to attn 0 (the walk that loads one key at a "
+     "time)", {"geometry": {"attn": 32}}),
     ("+ streamed keys (issue 48)", "and units that stream their keys (since 2026-12-05: 16-byte panel loads for the "
      "query heads of a KV head, trees in registers): a slot at 1/8 of today's time, an estimate",
      {"geometry": {"attn": 32}, "attend": 1 / 8}),

@@ -57,7 +57,8 @@ def resolve_geometry(executor, geometry):
         g[key] = value
     if not 0 <= g["attn"] <= 32:
         raise ValueError(f"det-infer: geometry attn must be 0 (a warp per query head walks the context) or 1..32 "
-                         f"(chunk units over the grid, each row's last folding; that many 128-position chunks per pass), "
+                         f"(chunk units over the grid, each row's last folding; that many 128-position chunks "
+                         f"per pass), "
                          f"got {g['attn']!r}")
     if g["ahead"] > AHEAD_MAX_KB:
         raise ValueError(f"det-infer: geometry ahead must be 0 (a phase loads its weights when it starts) or "
