@@ -334,12 +334,6 @@ DET_DEV float* det_mk_staged_keys(const det_mk_ctx& c) {  // the copy, after the
   return det_mk_area_of(c.P->geo) + det_warps() * det_mk_attn_scratch_floats(&c.P->model, c.P->geo.attn);
 }
 
-// Every thread of the block: its share of n floats (a multiple of 4, 16-byte aligned at both ends)
-// of the KV cache requested into shared memory at dst (cp.async from L2; the caller waits).
-DET_DEV void det_mk_block_copy_l2(float* dst, const float* src, int64_t n) {
-  for (int64_t e = 4 * (int64_t)det_thread(); e < n; e += 4 * (int64_t)det_threads()) det_cp_async16_l2(dst + e, src + e);
-}
-
 // A staged task's run from row b0: the rows of row b0's sequence from b0 on whose slot k is the
 // same chunk ch. Every thread of the block copies the keys of the run's visible slots (their whole
 // panels) and their values into the block's copy, at the same offsets from the chunk's first

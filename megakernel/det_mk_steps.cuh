@@ -41,8 +41,7 @@ DET_DEV void det_mk_load_rows(const det_mk_ctx& c, int first, int nb, const int3
       for (int64_t k = det_thread(); k < H; k += det_threads()) dst[k] = det_mk_embedding(m, id, k);
       continue;
     }
-    const float* x = c.P->ws.x + r * H;
-    for (int64_t k = 4 * (int64_t)det_thread(); k < H; k += 4 * (int64_t)det_threads()) det_cp_async16_l2(dst + k, x + k);
+    det_mk_block_copy_l2(dst, c.P->ws.x + r * H, H);
   }
   if (!from_embed || pending) {
     det_cp_async_commit();
@@ -67,8 +66,7 @@ DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int first, int nb, const int3
   // Row nb of the area is free (H % 8 == 0: 16-byte aligned); cp.async needs w 16-byte aligned too
   // (a norm tensor is any contiguous fp32 tensor: det_mk_check_alignment checks only the matrices).
   const bool spare = nb < det_mk_area_rows(&c.P->geo) && (uintptr_t)w % 16 == 0;
-  if (spare)
-    for (int64_t k = 4 * (int64_t)det_thread(); k < H; k += 4 * (int64_t)det_threads()) det_cp_async16(c.area + nb * H + k, w + k);
+  if (spare) det_mk_block_copy_l2(c.area + nb * H, w, H);
   const float* ws = spare ? c.area + nb * H : w;
   det_mk_load_rows(c, first, nb, src_row, from_embed, spare);
   for (int j = det_warp(); j < nb; j += det_warps()) {
@@ -107,8 +105,7 @@ DET_DEV const float* det_mk_stage_rows(const det_mk_ctx& c, const float* in, int
     return in;
   float* area = c.area;  // read once: a store through it might alias the by-reference context
   // cp.async: every load in flight at once (det_mk_load_rows says why not a load and a store each)
-  for (int64_t e = 4 * (int64_t)det_thread(); e < nb * K; e += 4 * (int64_t)det_threads())
-    det_cp_async16_l2(area + e, in + e);
+  det_mk_block_copy_l2(area, in, nb * K);
   det_cp_async_commit();
   det_cp_async_wait<0>();
   det_sync_block();

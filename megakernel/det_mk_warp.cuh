@@ -72,6 +72,13 @@ DET_DEV_NOINLINE void det_mk_grid_sync(const det_mk_ctx& c, int32_t tag) {
   if (det_thread() == 0) ++c.tile->syncs;
 }
 
+// Every thread of the block: its share of n floats (a multiple of 4, 16-byte aligned at both ends)
+// requested into shared memory at dst (cp.async from L2: also for data written earlier in the
+// launch, such as the KV cache and the residual stream; the caller commits and waits).
+DET_DEV void det_mk_block_copy_l2(float* dst, const float* src, int64_t n) {
+  for (int64_t e = 4 * (int64_t)det_thread(); e < n; e += 4 * (int64_t)det_threads()) det_cp_async16_l2(dst + e, src + e);
+}
+
 // ---- warp building blocks ---------------------------------------------------------------------
 
 // The canonical tree (docs/SPEC.md §9) for N reductions at once: lane l is accumulator l of each
