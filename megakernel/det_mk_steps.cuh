@@ -20,8 +20,9 @@ DET_DEV float det_mk_embedding(const det_llama_model& m, int32_t id, int64_t k) 
   return det_embed_f32(det_ld(m.embed + (int64_t)id * m.hidden + k), m.embed_scale);
 }
 
-// Every block: area rows j < nb = source rows first + j. The source of row i is tile row src_row[i]
-// (or i when src_row is null): the residual stream, or the token's embedding widened and scaled.
+// Every block: area rows j < nb = source rows first + j, in the area's layout (det_mk_area_at). The
+// source of row i is tile row src_row[i] (or i when src_row is null): the residual stream, or the
+// token's embedding widened and scaled.
 // The residual stream's rows are copied with cp.async (16 bytes a thread at a time, from L2): every
 // load in flight at once, none held in registers. A plain load and store per element would take a
 // round trip each, one after another: the compiler cannot tell that the area and the stream do
@@ -38,10 +39,10 @@ DET_DEV void det_mk_load_rows(const det_mk_ctx& c, int first, int nb, const int3
     float* dst = c.area + j * H;
     if (from_embed) {  // layer 0's input, widened
       const int32_t id = c.tile->token[r];
-      for (int64_t k = det_thread(); k < H; k += det_threads()) dst[k] = det_mk_embedding(m, id, k);
+      for (int64_t k = det_thread(); k < H; k += det_threads()) dst[det_mk_area_at(k)] = det_mk_embedding(m, id, k);
       continue;
     }
-    det_mk_block_copy_l2(dst, c.P->ws.x + r * H, H);
+    det_mk_block_copy_l2(dst, c.P->ws.x + r * H, H, true);
   }
   if (!from_embed || pending) {
     det_cp_async_commit();
@@ -50,8 +51,8 @@ DET_DEV void det_mk_load_rows(const det_mk_ctx& c, int first, int nb, const int3
   det_sync_block();
 }
 
-// Every block: area rows j < nb = rmsnorm(source row first + j) * w (docs/SPEC.md §13.2), sources
-// as in det_mk_load_rows (at layer 0 the embedding, which layer 0 also writes to the residual
+// Every block: area rows j < nb = rmsnorm(source row first + j) * w (docs/SPEC.md §13.2) in the
+// area's layout, sources as in det_mk_load_rows (at layer 0 the embedding, which layer 0 also writes to the residual
 // stream). A warp per row computes the row's factor (the canonical dot); then every thread of the
 // block scales its share of the elements. When the area has a row to spare (nb below its rows: a
 // decode step, a short prompt), the weights w are copied there with the rows (cp.async, one round
@@ -66,18 +67,19 @@ DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int first, int nb, const int3
   // Row nb of the area is free (H % 8 == 0: 16-byte aligned); cp.async needs w 16-byte aligned too
   // (a norm tensor is any contiguous fp32 tensor: det_mk_check_alignment checks only the matrices).
   const bool spare = nb < det_mk_area_rows(&c.P->geo) && (uintptr_t)w % 16 == 0;
-  if (spare) det_mk_block_copy_l2(c.area + nb * H, w, H);
+  if (spare) det_mk_block_copy_l2(c.area + nb * H, w, H, true);  // in the rows' layout, element for element
   const float* ws = spare ? c.area + nb * H : w;
   det_mk_load_rows(c, first, nb, src_row, from_embed, spare);
   for (int j = det_warp(); j < nb; j += det_warps()) {
-    const float r = det_mk_warp_rms_factor(c.area + j * H, H, c.P->model.rms_eps);
+    const float r = det_mk_warp_rms_factor<true>(c.area + j * H, H, c.P->model.rms_eps);
     if (det_lane() == 0) factor[j] = r;
   }
   det_sync_block();
   for (int j = 0; j < nb; ++j) {
     float* v = c.area + j * H;
     const float r = factor[j];
-    for (int64_t k = det_thread(); k < H; k += det_threads()) v[k] = det_rmsnorm_scale_f32(v[k], r, det_ld(ws + k));
+    for (int64_t p = det_thread(); p < H; p += det_threads())  // p holds element det_mk_area_at(p)
+      v[p] = det_rmsnorm_scale_f32(v[p], r, det_ld(ws + (spare ? p : det_mk_area_at(p))));
   }
   det_sync_block();
   det_mk_stamp_ready();
@@ -98,14 +100,15 @@ DET_DEV int det_mk_area_pass(const det_mk_ctx& c, int nb, int first) {
 
 // The input rows of a GEMV phase that reads them from global memory (RESIDUAL's att or act,
 // PLE_GATE's residual stream), nb rows of K: with geometry stage bit 1, when they fit the block's phase
-// area, every block copies them there once (16-byte loads), so that its warps read shared memory
-// for each output instead of global memory; else the global rows. Returns where to read them.
+// area, every block copies them there once (16-byte loads, in the area's layout), so that its warps
+// read shared memory for each output instead of global memory; else the global rows. Returns where
+// to read them (in the area's layout unless it is `in`).
 DET_DEV const float* det_mk_stage_rows(const det_mk_ctx& c, const float* in, int nb, int64_t K) {
   if (!(c.P->geo.stage & DET_MK_STAGE_INPUTS) || (size_t)nb * (size_t)K > det_mk_area_floats(&c.P->model, &c.P->geo))
     return in;
   float* area = c.area;  // read once: a store through it might alias the by-reference context
   // cp.async: every load in flight at once (det_mk_load_rows says why not a load and a store each)
-  det_mk_block_copy_l2(area, in, nb * K);
+  for (int j = 0; j < nb; ++j) det_mk_block_copy_l2(area + j * K, in + j * K, K, true);
   det_cp_async_commit();
   det_cp_async_wait<0>();
   det_sync_block();
@@ -199,7 +202,7 @@ DET_DEV_NOINLINE void det_mk_phase_qkv(const det_mk_ctx& c, const det_step& s) {
         const float* bias = is_q ? L.bq : is_k ? L.bk : L.bv;
         out[b * len + i] = bias ? det_add_f32(y, det_ld(bias + i)) : y;
       };
-      det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, det_mk_area_of(c.P->geo), m.hidden, nb, emit,
+      det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, det_mk_area_of(c.P->geo), m.hidden, true, nb, emit,
                       first == 0);
     });
   }
@@ -252,7 +255,9 @@ DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_
   float* x = c.P->ws.x;
   float* out = c.P->ws.out;
   const int nb = c.tile->n;
-  const float* in = det_mk_stage_rows(c, s.input == DET_IN_ATT ? c.P->ws.att : c.P->ws.act, nb, s.k);
+  const float* src = s.input == DET_IN_ATT ? c.P->ws.att : c.P->ws.act;
+  const float* in = det_mk_stage_rows(c, src, nb, s.k);
+  const bool staged = in != src;  // in the area's layout (compared here: c.area is reloaded from the frame)
   const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
   det_mk_with_nb(nb, [&]<int NB>() {
     auto emit = [&](int64_t it, int b, float y) {  // on the lane of row b
@@ -265,7 +270,7 @@ DET_DEV_NOINLINE void det_mk_phase_residual_gemv(const det_mk_ctx& c, const det_
       const float sum = det_add_f32(det_ld(x + b * H + n), yb);
       x[b * H + n] = s.scalar ? det_mul_f32(sum, det_ld(s.scalar)) : sum;
     };
-    det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, in, s.k, nb, emit, true);
+    det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, in, s.k, staged, nb, emit, true);
   });
 }
 
@@ -326,7 +331,7 @@ DET_DEV_NOINLINE void det_mk_phase_mlp(const det_mk_ctx& c, const det_step& s) {
         if (it % 2 == 0) *a = y;
         else *a = det_mul_f32(det_act_f32((int)m.act, *a), y);
       };
-      det_mk_gemv<NB>(c, 2 * det_mk_items(c, I), s.k, row, det_mk_area_of(c.P->geo), m.hidden, nb, emit,
+      det_mk_gemv<NB>(c, 2 * det_mk_items(c, I), s.k, row, det_mk_area_of(c.P->geo), m.hidden, true, nb, emit,
                       first == 0);
     });
   }
@@ -348,7 +353,7 @@ DET_DEV_NOINLINE void det_mk_phase_ple_project(const det_mk_ctx& c, const det_st
       auto emit = [&](int64_t it, int j, float y) {  // on the lane of area row j, tile row first + j
         ple[(first + j) * LP + row.output(it)] = det_mul_f32(y, scale);
       };
-      det_mk_gemv<NB>(c, det_mk_items(c, LP), s.k, row, det_mk_area_of(c.P->geo), H, nb, emit, first == 0);
+      det_mk_gemv<NB>(c, det_mk_items(c, LP), s.k, row, det_mk_area_of(c.P->geo), H, true, nb, emit, first == 0);
     });
   }
 }
@@ -379,13 +384,14 @@ DET_DEV_NOINLINE void det_mk_phase_ple_gate(const det_mk_ctx& c, const det_step&
   float* act = c.P->ws.act;
   const int nb = c.tile->n;
   const float* x = det_mk_stage_rows(c, c.P->ws.x, nb, H);
+  const bool staged = x != c.P->ws.x;  // in the area's layout
   const det_mk_matrix_rows row = det_mk_matrix_rows_of(c, s);
   det_mk_with_nb(nb, [&]<int NB>() {
     auto emit = [&](int64_t it, int b, float y) {  // on the lane of row b
       const int64_t n = row.output(it);
       act[b * P + n] = det_mul_f32(det_act_f32(DET_ACT_GELU_TANH, y), det_ld(ple + b * LP + l * P + n));
     };
-    det_mk_gemv<NB>(c, det_mk_items(c, P), s.k, row, x, H, nb, emit, true);
+    det_mk_gemv<NB>(c, det_mk_items(c, P), s.k, row, x, H, staged, nb, emit, true);
   });
 }
 
@@ -401,7 +407,7 @@ DET_DEV_NOINLINE void det_mk_phase_head(const det_mk_ctx& c, const det_step& s) 
       auto emit = [&](int64_t it, int j, float y) {  // on the lane of area row j, wanted row first + j
         t.dst[first + j][row.output(it)] = m.softcap ? det_softcap_f32(y, det_ld(m.softcap)) : y;
       };
-      det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, det_mk_area_of(c.P->geo), m.hidden, nw, emit,
+      det_mk_gemv<NB>(c, det_mk_items(c, s.n), s.k, row, det_mk_area_of(c.P->geo), m.hidden, true, nw, emit,
                       first == 0);
     });
   }

@@ -72,11 +72,27 @@ DET_DEV_NOINLINE void det_mk_grid_sync(const det_mk_ctx& c, int32_t tag) {
   if (det_thread() == 0) ++c.tile->syncs;
 }
 
+// The phase area's row layout, for the rows a GEMV reads (normalized or staged inputs): element k
+// of a row sits at det_mk_area_at(k), the two 16-byte halves of each run of 8 elements whose index
+// has bit 2 set swapped (an involution). Lane l reads run l of each block of 256 by two 16-byte
+// loads, its lower half first; a quarter warp's loads then cover the 32 banks once: lanes 4..7
+// read the upper halves' addresses where lanes 0..3 read the lower (same-order halves would put
+// lane l and l + 4 on the same banks: 2-way conflicts). The values land in the lane's registers in
+// element order, so the loop needs no register moves for it. A row starts at a multiple of 8.
+DET_MK_HD int64_t det_mk_area_at(int64_t k) { return k ^ ((k >> 3) & 4); }
+
+// Where this lane's run of a row in the area layout (when `area`, else a plain row) has its lower
+// half: 0 or 4 floats past the run's start (the run's index has the lane's bit 2: l + 32 i).
+DET_DEV int det_mk_run_lower(bool area) { return area ? 4 * ((det_lane() >> 2) & 1) : 0; }
+
 // Every thread of the block: its share of n floats (a multiple of 4, 16-byte aligned at both ends)
 // requested into shared memory at dst (cp.async from L2: also for data written earlier in the
-// launch, such as the KV cache and the residual stream; the caller commits and waits).
-DET_DEV void det_mk_block_copy_l2(float* dst, const float* src, int64_t n) {
-  for (int64_t e = 4 * (int64_t)det_thread(); e < n; e += 4 * (int64_t)det_threads()) det_cp_async16_l2(dst + e, src + e);
+// launch, such as the KV cache and the residual stream; the caller commits and waits). With
+// `area`, dst is one row in the area layout (det_mk_area_at; n the row's length, a multiple of 8):
+// a 16-byte piece moves whole, so the layout costs nothing.
+DET_DEV void det_mk_block_copy_l2(float* dst, const float* src, int64_t n, bool area = false) {
+  for (int64_t e = 4 * (int64_t)det_thread(); e < n; e += 4 * (int64_t)det_threads())
+    det_cp_async16_l2(dst + (area ? det_mk_area_at(e) : e), src + e);
 }
 
 // ---- warp building blocks ---------------------------------------------------------------------
@@ -125,12 +141,30 @@ DET_DEV int det_mk_tree_row() {
   return det_lane() % lanes == 0 ? det_lane() / lanes : -1;
 }
 
+// Lane's 8 inputs x[k..k+7] of its run (k = 8 lane + 256 i) from a 16-byte-aligned row: its lower
+// half `lower` floats past xk (det_mk_run_lower: 4 for lanes 4..7 of each quarter warp in the phase
+// area's layout, else 0), its upper half at the other 16 bytes; in element order either way.
+DET_DEV void det_mk_load_x8(const float* xk, int lower, float (&xv)[8]) {
+  const det_vec_f32x4 lo4 = det_load_f32x4(xk + lower), hi4 = det_load_f32x4(xk + (4 - lower));
+  xv[0] = lo4.x, xv[1] = lo4.y, xv[2] = lo4.z, xv[3] = lo4.w;
+  xv[4] = hi4.x, xv[5] = hi4.y, xv[6] = hi4.z, xv[7] = hi4.w;
+}
+
 // Canonical dot of two fp32 vectors of length K (K % 8 == 0), returned on every lane: lane l takes
-// the runs 8l .. 8l + 7 of every block of 256 as one fma chain.
+// the runs 8l .. 8l + 7 of every block of 256 as one fma chain. With AREA, both are rows in the phase
+// area's layout (det_mk_area_at), each run read as the GEMV reads it (det_mk_load_x8).
+template <bool AREA = false>
 DET_DEV float det_mk_warp_dot_f32(const float* a, const float* b, int64_t K) {
   float acc[1] = {0.0f};
   for (int64_t k = DET_REDUCE_RUN * det_lane(); k < K; k += DET_REDUCE_BLOCK) {
-    for (int i = 0; i < DET_REDUCE_RUN; ++i) acc[0] = det_fma_f32(det_ld(a + k + i), det_ld(b + k + i), acc[0]);
+    if constexpr (AREA) {
+      float av[8], bv[8];
+      det_mk_load_x8(a + k, det_mk_run_lower(true), av);
+      det_mk_load_x8(b + k, det_mk_run_lower(true), bv);
+      for (int i = 0; i < DET_REDUCE_RUN; ++i) acc[0] = det_fma_f32(av[i], bv[i], acc[0]);
+    } else {
+      for (int i = 0; i < DET_REDUCE_RUN; ++i) acc[0] = det_fma_f32(det_ld(a + k + i), det_ld(b + k + i), acc[0]);
+    }
     det_work_fma(DET_REDUCE_RUN);
   }
   det_mk_warp_tree<1>(acc);
@@ -138,9 +172,11 @@ DET_DEV float det_mk_warp_dot_f32(const float* a, const float* b, int64_t K) {
   return acc[0];
 }
 
-// One warp: RMSNorm's factor of v[0..K) (docs/SPEC.md §13.2; K % 8 == 0), on every lane.
+// One warp: RMSNorm's factor of v[0..K) (docs/SPEC.md §13.2; K % 8 == 0), on every lane; AREA as
+// for det_mk_warp_dot_f32.
+template <bool AREA = false>
 DET_DEV float det_mk_warp_rms_factor(const float* v, int64_t K, float eps) {
-  return det_rmsnorm_factor_f32(det_mk_warp_dot_f32(v, v, K), K, eps);
+  return det_rmsnorm_factor_f32(det_mk_warp_dot_f32<AREA>(v, v, K), K, eps);
 }
 
 // One warp: v[0..K) = rmsnorm(v) * w in place (docs/SPEC.md §13.2; K % 8 == 0).
@@ -194,19 +230,6 @@ DET_DEV void det_mk_decode8(const det_mk_row& row, int64_t K, int64_t k, const d
   }
 }
 
-// Lane's 8 inputs x[k..k+7] from a 16-byte-aligned row. With `spread`, lanes 4..7 of each quarter
-// warp load their upper 16 bytes first: a quarter warp's 16-byte shared loads then cover the 32
-// banks once (lane l's lower half would share banks with lane l + 4's: 2-way conflicts). Which
-// half is loaded first changes no value.
-template <bool spread>
-DET_DEV void det_mk_load_x8(const float* xk, float (&xv)[8]) {
-  const int hi = spread ? (det_lane() >> 2) & 1 : 0;
-  const det_vec_f32x4 first = det_load_f32x4(xk + 4 * hi), second = det_load_f32x4(xk + 4 - 4 * hi);
-  const det_vec_f32x4 lo4 = hi ? second : first, hi4 = hi ? first : second;
-  xv[0] = lo4.x, xv[1] = lo4.y, xv[2] = lo4.z, xv[3] = lo4.w;
-  xv[4] = hi4.x, xv[5] = hi4.y, xv[6] = hi4.z, xv[7] = hi4.w;
-}
-
 // Item i of group g when a warp streams its n_items rows NO at a time: a group past the last item
 // repeats it (a redundant copy, never emitted), so the loops over a group's NO rows have no branch.
 template <int NO>
@@ -255,8 +278,9 @@ DET_DEV int64_t det_mk_gemv_steps(int64_t K) { return (K + 8 * DET_WARP - 1) / (
 
 // The warp's GEMV rows, NO at a time (geometry outs, det_mk_gemv_outs): item it is the weight row
 // row(it) (a det_mk_row; K % 8 == 0, rows 16-byte aligned when dense, 4-byte when nf4), dotted
-// with the nb input rows x + b*ldx, NB at a time (nb > NB only when NB is DET_MK_GEMV_ROWS: each
-// group of NO items is then streamed once per chunk of NB rows, after the first most likely from L2). Weights
+// with the nb input rows x + b*ldx (in the phase area's layout when `area`, det_mk_area_at), NB at
+// a time (nb > NB only when NB is DET_MK_GEMV_ROWS: each group of NO items is then streamed once
+// per chunk of NB rows, after the first most likely from L2). Weights
 // stream through the warp's ring of depth stages, a stage holding the same 16-byte piece of each
 // of the group's NO rows (each lane copies and later reads only its own slots, so no warp barrier
 // is needed); each weight read feeds a chunk's rows, and each 8 inputs a lane loads feed all NO
@@ -268,9 +292,10 @@ DET_DEV int64_t det_mk_gemv_steps(int64_t K) { return (K + 8 * DET_WARP - 1) / (
 // issued (and committed) the first depth - 1 stages, before the barrier the phase began with.
 template <int NO, int NB, class Row, class Emit>
 DET_DEV void det_mk_gemv_rows(det_vec_u32x4* ring, int depth, int64_t n_items, int64_t K, Row row, const float* x,
-                              int64_t ldx, int nb, Emit emit, bool primed) {
+                              int64_t ldx, bool area, int nb, Emit emit, bool primed) {
   if (n_items <= 0) return;
   const int lane = det_lane(), chunks = (nb + NB - 1) / NB, tree_row = det_mk_tree_row<NB>();
+  const int lower = det_mk_run_lower(area);
   const int64_t steps = det_mk_gemv_steps(K), groups = (n_items + NO - 1) / NO, total = groups * chunks * steps;
   const int mask = depth - 1;
   int64_t issue_g = 0, issue_s = 0, issued = 0;
@@ -316,7 +341,7 @@ DET_DEV void det_mk_gemv_rows(det_vec_u32x4* ring, int depth, int64_t n_items, i
       DET_UNROLL for (int b = 0; b < NB; ++b) {
         if (b >= live) break;
         float xv[8];
-        det_mk_load_x8<(NO > 1)>(xc + b * ldx + k, xv);
+        det_mk_load_x8(xc + b * ldx + k, lower, xv);
         DET_UNROLL for (int i = 0; i < NO; ++i)
           DET_UNROLL for (int t = 0; t < 8; ++t) acc[b * NO + i] = det_fma_f32(w[i][t], xv[t], acc[b * NO + i]);
         det_work_fma(8 * (int)(n_items - g * NO < NO ? n_items - g * NO : NO));  // a repeated item is not work
@@ -338,16 +363,16 @@ DET_DEV void det_mk_gemv_rows(det_vec_u32x4* ring, int depth, int64_t n_items, i
   }
 }
 
-// The GEMV of the phases (det_mk_gemv_rows), its rows det_mk_gemv_outs at a time. The context's
-// fields are read here once, not in each instantiation.
+// The GEMV of the phases (det_mk_gemv_rows), its rows det_mk_gemv_outs at a time; x in the phase
+// area's layout when `area`. The context's fields are read here once, not in each instantiation.
 template <int NB, class Row, class Emit>
 DET_DEV void det_mk_gemv(const det_mk_ctx& c, int64_t n_items, int64_t K, Row row, const float* x, int64_t ldx,
-                         int nb, Emit emit, bool primed = false) {
+                         bool area, int nb, Emit emit, bool primed = false) {
   det_vec_u32x4* ring = det_mk_ring_of(c.P->geo);
   const int depth = c.depth, outs = det_mk_gemv_outs(&c.P->geo);
-  if (outs == 1) det_mk_gemv_rows<1, NB>(ring, depth, n_items, K, row, x, ldx, nb, emit, primed);
-  else if (outs == 2) det_mk_gemv_rows<2, NB>(ring, depth, n_items, K, row, x, ldx, nb, emit, primed);
-  else det_mk_gemv_rows<4, NB>(ring, depth, n_items, K, row, x, ldx, nb, emit, primed);
+  if (outs == 1) det_mk_gemv_rows<1, NB>(ring, depth, n_items, K, row, x, ldx, area, nb, emit, primed);
+  else if (outs == 2) det_mk_gemv_rows<2, NB>(ring, depth, n_items, K, row, x, ldx, area, nb, emit, primed);
+  else det_mk_gemv_rows<4, NB>(ring, depth, n_items, K, row, x, ldx, area, nb, emit, primed);
 }
 
 // Weights ahead of their inputs (geometry ahead > 0; docs/SPEC.md §14.3): weights never depend on

@@ -14,11 +14,18 @@
 //   tree               det_mk_warp_tree_rows against det_mk_warp_tree for 1..32 rows of hostile
 //                      values (NaNs, infinities, signed zeros, subnormals): prints "tree ok" when
 //                      every row's result has the plain tree's bits (any NaN equal to any NaN)
+//   area               the phase area's row layout (det_mk_area_at): rows copied into it by
+//                      det_mk_block_copy_l2 at several offsets, read back by det_mk_load_x8 and
+//                      det_mk_warp_dot_f32 as the GEMV and the norm read them: prints "area ok"
+//                      when every lane gets its run's elements in order and the dot has the plain
+//                      row's bits, then the banks a quarter warp's 16-byte loads cover, fewest over
+//                      quarter warps, loads and offsets: in the area layout and in a plain row
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
 #include <set>
 #include <vector>
 
@@ -191,6 +198,70 @@ bool tree_ok() {
   return a.mismatches == 0 && a.checked == 1 + 2 + 4 + 8 + 16 + 32;  // one lane per row
 }
 
+// One block of one warp: rows of K elements copied into shared memory in the area layout at float
+// offset `at` (a multiple of 8, as every area row starts), then read as the GEMV and the norm do.
+constexpr int kAreaK = 3 * 256 + 64;  // two whole blocks of runs and a partial one
+struct AreaArgs {
+  std::vector<float> src;
+  int at = 0, bad = 0;
+  float dot_area = 0.0f, dot_plain = 0.0f;
+  std::vector<int> offsets;  // per lane: the two loads' float offsets in the row (first run)
+  bool area = true;
+};
+
+void area_kernel(void* p) {
+  AreaArgs& a = *(AreaArgs*)p;
+  float* row = (float*)det_smem() + a.at;
+  det_mk_block_copy_l2(row, a.src.data(), kAreaK, a.area);
+  det_cp_async_commit();
+  det_cp_async_wait<0>();
+  det_sync_block();
+  const int lower = det_mk_run_lower(a.area);
+  for (int k = 8 * det_lane(); k < kAreaK; k += 256) {
+    float xv[8];
+    det_mk_load_x8(row + k, lower, xv);
+    for (int t = 0; t < 8; ++t)
+      if (memcmp(&xv[t], &a.src[k + t], 4) != 0) __atomic_fetch_add(&a.bad, 1, __ATOMIC_RELAXED);
+  }
+  a.offsets[2 * det_lane()] = a.at + 8 * det_lane() + lower;
+  a.offsets[2 * det_lane() + 1] = a.at + 8 * det_lane() + 4 - lower;
+  const float d = a.area ? det_mk_warp_dot_f32<true>(row, row, kAreaK) : det_mk_warp_dot_f32(row, row, kAreaK);
+  const float plain = det_mk_warp_dot_f32(a.src.data(), a.src.data(), kAreaK);
+  if (det_lane() == 0) a.dot_area = d, a.dot_plain = plain;
+}
+
+// The fewest distinct banks a quarter warp's 16-byte load covers, over quarter warps and the two
+// loads (32: conflict-free).
+int fewest_banks(const std::vector<int>& offsets) {
+  int fewest = 32;
+  for (int q = 0; q < 4; ++q)
+    for (int load = 0; load < 2; ++load) {
+      std::set<int> banks;
+      for (int l = 8 * q; l < 8 * q + 8; ++l)
+        for (int i = 0; i < 4; ++i) banks.insert((offsets[2 * l + load] + i) % 32);
+      fewest = std::min(fewest, (int)banks.size());
+    }
+  return fewest;
+}
+
+void area_check() {
+  int area_banks = 32, plain_banks = 32;
+  bool ok = true;
+  for (int layout = 0; layout < 2; ++layout)
+    for (int at = 0; at < 64; at += 8) {
+      AreaArgs a;
+      a.at = at;
+      a.area = layout == 0;
+      a.offsets.assign(2 * DET_WARP, 0);
+      for (int k = 0; k < kAreaK; ++k) a.src.push_back((float)((k * 37) % 101) * 0.125f - 6.0f);
+      if (det_simt_host::launch(1, DET_WARP, (size_t)(at + kAreaK) * 4, 3, area_kernel, &a) != 0) ok = false;
+      ok = ok && a.bad == 0 && memcmp(&a.dot_area, &a.dot_plain, 4) == 0;
+      int& banks = layout == 0 ? area_banks : plain_banks;
+      banks = std::min(banks, fewest_banks(a.offsets));
+    }
+  printf("area %s banks %d plain %d\n", ok ? "ok" : "wrong", area_banks, plain_banks);
+}
+
 int main(int argc, char** argv) {
   if (argc >= 4 && strcmp(argv[1], "ring") == 0) {
     printf("ring %s\n", ring_ok(atoi(argv[2]), atoi(argv[3])) ? "ok" : "mismatch");
@@ -212,6 +283,10 @@ int main(int argc, char** argv) {
   }
   if (argc >= 2 && strcmp(argv[1], "tree") == 0) {
     printf("tree %s\n", tree_ok() ? "ok" : "mismatch");
+    return 0;
+  }
+  if (argc >= 2 && strcmp(argv[1], "area") == 0) {
+    area_check();
     return 0;
   }
   if (argc >= 3 && strcmp(argv[1], "grid") == 0) {
