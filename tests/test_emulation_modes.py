@@ -165,11 +165,13 @@ def test_spread_tree_has_the_plain_trees_bits(exe):
 def test_area_layout_reads_in_order_without_bank_conflicts(exe):
     """The phase area's row layout (det_mk_area_at): rows copied into shared memory at several
     starting offsets and read back by the GEMV's loads and the norm's dot give each lane its run's
-    elements in order and the plain row's dot, and a quarter warp's 16-byte loads cover all 32
-    banks; a plain row, read the same way, covers 16 (2-way conflicts): the control. An identity
-    det_mk_area_at prints "area wrong" (checked by hand when the layout landed)."""
-    assert run([exe["selftest"], "area"]).stdout == "area ok banks 32 plain 16\n"
-    assert run([exe["selftest-asan"], "area"], "threads").stdout == "area ok banks 32 plain 16\n"
+    elements in order and the plain row's dot (values whose sums depend on the order), and by the
+    loader's address rule a quarter warp's 16-byte loads cover all 32 banks; a plain row covers 16
+    (2-way conflicts). The control: an area row read as a plain one is caught (its dot alone
+    catches it, checked by hand when the layout landed)."""
+    want = "area ok banks 32 plain ok banks 16 control caught\n"
+    assert run([exe["selftest"], "area"]).stdout == want
+    assert run([exe["selftest-asan"], "area"], "threads").stdout == want
 
 
 # ---- negative controls: each mode catches what the default hides ------------------------------

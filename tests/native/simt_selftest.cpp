@@ -16,10 +16,11 @@
 //                      every row's result has the plain tree's bits (any NaN equal to any NaN)
 //   area               the phase area's row layout (det_mk_area_at): rows copied into it by
 //                      det_mk_block_copy_l2 at several offsets, read back by det_mk_load_x8 and
-//                      det_mk_warp_dot_f32 as the GEMV and the norm read them: prints "area ok"
-//                      when every lane gets its run's elements in order and the dot has the plain
-//                      row's bits, then the banks a quarter warp's 16-byte loads cover, fewest over
-//                      quarter warps, loads and offsets: in the area layout and in a plain row
+//                      det_mk_warp_dot_f32 as the GEMV and the norm read them: "area ok" when every
+//                      lane gets its run's elements in order and the dot has the plain row's bits,
+//                      with the fewest banks a quarter warp's 16-byte loads cover (by the loader's
+//                      address rule); the same for a plain row; "control caught" when an area row
+//                      read as plain gives wrong elements or dot bits
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,36 +199,38 @@ bool tree_ok() {
   return a.mismatches == 0 && a.checked == 1 + 2 + 4 + 8 + 16 + 32;  // one lane per row
 }
 
-// One block of one warp: rows of K elements copied into shared memory in the area layout at float
-// offset `at` (a multiple of 8, as every area row starts), then read as the GEMV and the norm do.
-constexpr int kAreaK = 3 * 256 + 64;  // two whole blocks of runs and a partial one
+// One block of one warp: a row of K elements copied into shared memory (in the area layout or
+// plain) at float offset `at` (a multiple of 8, as every area row starts), then read as the GEMV
+// and the norm read it (as the area layout or plain).
+constexpr int kAreaK = 3 * 256 + 64;  // three whole blocks of runs and a partial one (lanes 0..7)
 struct AreaArgs {
   std::vector<float> src;
   int at = 0, bad = 0;
-  float dot_area = 0.0f, dot_plain = 0.0f;
-  std::vector<int> offsets;  // per lane: the two loads' float offsets in the row (first run)
-  bool area = true;
+  float dot_read = 0.0f, dot_plain = 0.0f;
+  std::vector<int> offsets;  // per lane: where its two 16-byte loads of its first run start
+  bool copy_area = true, read_area = true;
 };
 
 void area_kernel(void* p) {
   AreaArgs& a = *(AreaArgs*)p;
   float* row = (float*)det_smem() + a.at;
-  det_mk_block_copy_l2(row, a.src.data(), kAreaK, a.area);
+  det_mk_block_copy_l2(row, a.src.data(), kAreaK, a.copy_area);
   det_cp_async_commit();
   det_cp_async_wait<0>();
   det_sync_block();
-  const int lower = det_mk_run_lower(a.area);
+  const int lower = det_mk_run_lower(a.read_area);
   for (int k = 8 * det_lane(); k < kAreaK; k += 256) {
     float xv[8];
     det_mk_load_x8(row + k, lower, xv);
     for (int t = 0; t < 8; ++t)
       if (memcmp(&xv[t], &a.src[k + t], 4) != 0) __atomic_fetch_add(&a.bad, 1, __ATOMIC_RELAXED);
   }
+  // det_mk_load_x8's rule: its first load at the run's start + lower, its second at + 4 - lower.
   a.offsets[2 * det_lane()] = a.at + 8 * det_lane() + lower;
   a.offsets[2 * det_lane() + 1] = a.at + 8 * det_lane() + 4 - lower;
-  const float d = a.area ? det_mk_warp_dot_f32<true>(row, row, kAreaK) : det_mk_warp_dot_f32(row, row, kAreaK);
+  const float d = a.read_area ? det_mk_warp_dot_f32<true>(row, row, kAreaK) : det_mk_warp_dot_f32(row, row, kAreaK);
   const float plain = det_mk_warp_dot_f32(a.src.data(), a.src.data(), kAreaK);
-  if (det_lane() == 0) a.dot_area = d, a.dot_plain = plain;
+  if (det_lane() == 0) a.dot_read = d, a.dot_plain = plain;
 }
 
 // The fewest distinct banks a quarter warp's 16-byte load covers, over quarter warps and the two
@@ -244,22 +247,39 @@ int fewest_banks(const std::vector<int>& offsets) {
   return fewest;
 }
 
-void area_check() {
-  int area_banks = 32, plain_banks = 32;
+// Runs a row through area_kernel at every starting offset: whether every lane read its run in order
+// and the dot had the plain row's bits, and the fewest banks seen.
+bool area_run(bool copy_area, bool read_area, int* banks) {
   bool ok = true;
-  for (int layout = 0; layout < 2; ++layout)
-    for (int at = 0; at < 64; at += 8) {
-      AreaArgs a;
-      a.at = at;
-      a.area = layout == 0;
-      a.offsets.assign(2 * DET_WARP, 0);
-      for (int k = 0; k < kAreaK; ++k) a.src.push_back((float)((k * 37) % 101) * 0.125f - 6.0f);
-      if (det_simt_host::launch(1, DET_WARP, (size_t)(at + kAreaK) * 4, 3, area_kernel, &a) != 0) ok = false;
-      ok = ok && a.bad == 0 && memcmp(&a.dot_area, &a.dot_plain, 4) == 0;
-      int& banks = layout == 0 ? area_banks : plain_banks;
-      banks = std::min(banks, fewest_banks(a.offsets));
+  *banks = 32;
+  for (int at = 0; at < 64; at += 8) {
+    AreaArgs a;
+    a.at = at;
+    a.copy_area = copy_area, a.read_area = read_area;
+    a.offsets.assign(2 * DET_WARP, 0);
+    uint64_t x = 977 + at;
+    for (int k = 0; k < kAreaK; ++k) {  // nonzero, signs and exponents spread: sums depend on the order
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      const uint32_t r = (uint32_t)(x >> 32);
+      const uint32_t bits = (r & 0x807fffffu) | ((100u + (r >> 23) % 40u) << 23);
+      float v;
+      memcpy(&v, &bits, 4);
+      a.src.push_back(v);
     }
-  printf("area %s banks %d plain %d\n", ok ? "ok" : "wrong", area_banks, plain_banks);
+    if (det_simt_host::launch(1, DET_WARP, (size_t)(at + kAreaK) * 4, 3, area_kernel, &a) != 0) return false;
+    ok = ok && a.bad == 0 && memcmp(&a.dot_read, &a.dot_plain, 4) == 0;
+    *banks = std::min(*banks, fewest_banks(a.offsets));
+  }
+  return ok;
+}
+
+// The area layout read as such, a plain row read as such, and the control: an area row read as plain.
+void area_check() {
+  int area_banks, plain_banks, control_banks;
+  const bool area_ok = area_run(true, true, &area_banks), plain_ok = area_run(false, false, &plain_banks);
+  const bool control_ok = area_run(true, false, &control_banks);
+  printf("area %s banks %d plain %s banks %d control %s\n", area_ok ? "ok" : "wrong", area_banks,
+         plain_ok ? "ok" : "wrong", plain_banks, control_ok ? "missed" : "caught");
 }
 
 int main(int argc, char** argv) {
