@@ -54,12 +54,13 @@ DET_DEV void det_mk_load_rows(const det_mk_ctx& c, int first, int nb, const int3
 // Every block: area rows j < nb = rmsnorm(source row first + j) * w (docs/SPEC.md §13.2) in the
 // area's layout, sources as in det_mk_load_rows (at layer 0 the embedding, which layer 0 also
 // writes to the residual stream). A warp per row computes the row's factor (the canonical dot);
-// then every thread of the block scales its share of the elements. When the area has a row to spare (nb below its rows: a
-// decode step, a short prompt), the weights w are copied there with the rows (cp.async, one round
-// trip for both) and the scale reads shared memory; else each thread reads its share of w from
-// global memory, one round trip per element it scales, one after another: the compiler cannot tell
-// that the area's stores do not alias w (3 for SmolLM2-135M, 8 for Llama-3.2-1B at 256 threads;
-// holding them in registers from the start spilled sm_120's kernel).
+// then every thread of the block scales its share of the elements. When the area has a row to
+// spare (nb below its rows: a decode step, a short prompt), the weights w are copied there with
+// the rows (cp.async, one round trip for both) and the scale reads shared memory; else each
+// thread reads its share of w from global memory, one round trip per element it scales, one after
+// another: the compiler cannot tell that the area's stores do not alias w (3 for SmolLM2-135M, 8
+// for Llama-3.2-1B at 256 threads; holding them in registers from the start spilled sm_120's
+// kernel).
 DET_DEV void det_mk_norm_rows(const det_mk_ctx& c, int first, int nb, const int32_t* src_row, bool from_embed,
                               const float* w) {
   const int64_t H = c.P->model.hidden;

@@ -82,8 +82,12 @@ DET_DEV_NOINLINE void det_mk_grid_sync(const det_mk_ctx& c, int32_t tag) {
 DET_MK_HD int64_t det_mk_area_at(int64_t k) { return k ^ ((k >> 3) & 4); }
 
 // Where this lane's run of a row in the area layout (when `area`, else a plain row) has its lower
-// half: 0 or 4 floats past the run's start (the run's index has the lane's bit 2: l + 32 i).
-DET_DEV int det_mk_run_lower(bool area) { return area ? 4 * ((det_lane() >> 2) & 1) : 0; }
+// half: 0 or 4 floats past the run's start, where det_mk_area_at puts the run's first element (the
+// lane's runs l + 32 i share the bit that decides it).
+DET_DEV int det_mk_run_lower(bool area) {
+  const int k = 8 * det_lane();
+  return area ? (int)det_mk_area_at(k) - k : 0;
+}
 
 // Every thread of the block: its share of n floats (a multiple of 4, 16-byte aligned at both ends)
 // requested into shared memory at dst (cp.async from L2: also for data written earlier in the
