@@ -25,9 +25,10 @@ benchmarks/gpu_model.py's prediction for the card its constants were fitted to (
             tokens/s) at the default geometry and with every switch, beside the CPU engine on this
             machine's cores with the same weights (shapes under 1 GB of weights): issue 49's "10x the
             CPU engine's"
-  sampled   per-step ms of seeded sampling (temperature 1; with top_k 50; with top_p 0.9) at batch 1
-            and 16 beside greedy, 4 steps, one repetition (--quick: batch 1, temperature 1): one
-            thread ranks the vocabulary
+  sampled   per-step ms of seeded sampling (temperature 1; with top_k 50; with top_p 0.9; temperature
+            0.1, where the random logits spread as a trained model's) at batch 1 and 16 beside
+            greedy, 4 steps, one repetition (--quick: batch 1, temperature 1): the block ranks the
+            candidates by a radix sort
   prefill   tokens/s of a 16- and a 1,000-token prompt (one launch, prompt and first pick)
   timeline  one launch with the phase timeline on (det_infer.profiling): per kind of phase, its
             median length; from a block's own start, when its inputs were staged and its fastest
@@ -245,11 +246,14 @@ def score_rows(b, name, quick, pred_score):
 
 
 # Seeded sampling inside the launch (docs/SPEC.md §15): the block's threads compute z, m and e and
-# rank the vocabulary by a radix sort, then warp 0 walks the ranks (megakernel/det_mk_sample.cuh):
-# every rank when no filter stops the walk and the logits are flat, as the random weights' are (the
-# worst case). Measured per step beside greedy, a few steps and one repetition.
+# rank the candidates (weights of at least 2^-24) by a radix sort, then warp 0 walks the ranks
+# (megakernel/det_mk_sample.cuh). At temperature 1 the random weights' logits are flat: every id is
+# a candidate and the walk takes every rank when no filter stops it (the worst case). At 0.1 they
+# spread as a trained model's do at 1 (1,400-4,600 of SmolLM2's 49,152 ids are candidates, counted
+# on the CPU engine; a real model's median is 7,228: bench_sampling.py --candidates). Measured per
+# step beside greedy, a few steps and one repetition.
 SAMPLED = (("temperature 1", (1.0, 0, 1.0, 0.0, 7)), ("temperature 1, top_k 50", (1.0, 50, 1.0, 0.0, 7)),
-           ("temperature 1, top_p 0.9", (1.0, 0, 0.9, 0.0, 7)))
+           ("temperature 1, top_p 0.9", (1.0, 0, 0.9, 0.0, 7)), ("temperature 0.1", (0.1, 0, 1.0, 0.0, 7)))
 SAMPLED_STEPS = 4
 SAMPLED_MAX_S = 8.0  # the rows stop once one takes longer than this
 

@@ -2,7 +2,8 @@
 // the engine's vectorized exp (det_exp_sub) and the ranking done by a stable radix sort instead of
 // the heap, in the same total order (weight
 // descending, then id ascending), so the kept set, its running sum and the draw are the same bits,
-// at O(V) per draw instead of V heap sift-downs (~11 ms at V = 49,152 on a Zen 5).
+// at O(V) per draw instead of V heap sift-downs (~11 ms at V = 49,152 on a Zen 5). A draw ranks only
+// the candidates, the weights of at least 2^-24 (no smaller one can be drawn: det_sample_cpu.cpp).
 #pragma once
 
 #include <stdint.h>

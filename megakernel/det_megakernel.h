@@ -214,15 +214,16 @@ DET_MK_HD size_t det_mk_attn_stage_floats(const det_llama_model* m, const det_mk
   const bool on = g->attn > 0 && (g->stage & DET_MK_STAGE_CHUNKS) && m->head_dim <= DET_MK_STAGE_HEAD_DIM_MAX;
   return on ? 2 * 128 * (size_t)m->head_dim : 0;
 }
-// The sampler's ranking (det_mk_sample.cuh): a stable radix sort of 30-bit keys, 6 bits a pass, with
-// a count per (bin, warp) for the pass it runs and for the next.
-#define DET_MK_RANK_BITS 6
-#define DET_MK_RANK_PASSES 5
+// The sampler's ranking (det_mk_sample.cuh): a stable radix sort of the candidates' 28-bit keys
+// (weights in [2^-24, 1]), 7 bits a pass, with a count per (bin, warp) for the pass it runs and for
+// the next.
+#define DET_MK_RANK_BITS 7
+#define DET_MK_RANK_PASSES 4
 #define DET_MK_RANK_BINS (1 << DET_MK_RANK_BITS)
 // Words of the phase area a sampled pick takes (more than a greedy one): per warp a maximum, then
-// m, S and two flags; from the next multiple of 4, a warp's 32 weights for the walk; the two count
-// tables.
-DET_MK_HD size_t det_mk_sample_w32_offset(int warps) { return ((size_t)warps + 4 + 3) / 4 * 4; }
+// m, S, two flags and the count of candidates; from the next multiple of 4, a warp's 32 weights for
+// the walk; the two count tables.
+DET_MK_HD size_t det_mk_sample_w32_offset(int warps) { return ((size_t)warps + 5 + 3) / 4 * 4; }
 DET_MK_HD size_t det_mk_sample_area_floats(int warps) {
   return det_mk_sample_w32_offset(warps) + 32 + 2 * DET_MK_RANK_BINS * (size_t)warps;
 }

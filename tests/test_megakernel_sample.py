@@ -1,8 +1,10 @@
 """The megakernel's sampled pick (megakernel/det_mk_sample.cuh) under emulation draws the CPU
 engine's tokens (whose radix ranking test_sampling.py checks against the contract's heap): the
 block's radix ranking keeps equal weights in id order across warps, chunks and the 32-pair steps,
-the walk keeps the contract's filters and ends where the weights no longer change the sum, and a weight outside [+0, 1] (a temperature so small that z
-overflows) takes the heap's own order."""
+the walk keeps the contract's filters and ends where the weights no longer change the sum, only
+the candidates (weights of at least 2^-24) are ranked, and a weight outside [+0, 1] (a temperature
+so small that z overflows) takes the heap's own order."""
+import math
 import sys
 from pathlib import Path
 
@@ -54,6 +56,33 @@ def test_sampled_pick_draws_the_engines_tokens(di, vocab, warps):
         assert emu.generate(PROMPT, max_new=6, **kw) == want, kw
 
 
+def spread_model(di, vocab):
+    """Random weights with the head scaled 30 times: logits with a standard deviation near 9, so that
+    at temperatures 0.5 to 2 between 1% and 75% of the ids are candidates (weight >= 2^-24)."""
+    cfg = di.ModelConfig.from_dict(dict(synthetic.CONFIGS["llama"], vocab_size=vocab))
+    weights = random_weights(di, cfg, "cpu")
+    weights["lm_head.weight"] = (weights["lm_head.weight"].float() * 30).to(torch.bfloat16)
+    return cfg, weights
+
+
+@pytest.mark.parametrize("vocab,warps", [(1000, 3), (1001, 2)])
+def test_only_candidates_are_ranked(di, vocab, warps):
+    """Ids below 2^-24 are left out of the ranking; the walk runs out of candidates where the
+    contract's would go on through weights that no longer change its sum (temperature only, a top_k
+    past the candidates, a min_p below every weight, a top_p the sum never reaches)."""
+    cfg, weights = spread_model(di, vocab)
+    cpu = di.MegaModel(cfg, weights, max_context=64)
+    emu = di.MegaModel(cfg, weights, max_context=64, executor="emulated", geometry=dict(grid=2, warps=warps))
+    for kw in (dict(temperature=0.5, seed=11), dict(temperature=1.0, top_k=vocab, seed=12),
+               dict(temperature=2.0, min_p=1e-30, seed=13), dict(temperature=1.0, top_p=0.99999, seed=14)):
+        want, logits = cpu.generate(PROMPT, max_new=6, return_logits=True, **kw)
+        for lg in logits:  # weights as the contract computes them (§15), up to an ulp: a fraction
+            z = lg.double() / kw["temperature"]
+            kept = int((torch.exp(z - z.max()) >= 2.0**-24).sum())
+            assert 5 <= kept <= vocab * 0.8, (kw, kept)
+        assert emu.generate(PROMPT, max_new=6, **kw) == want, kw
+
+
 def test_overflowing_temperature_takes_the_heaps_order(di):
     """At a temperature that sends the top logits' z to +inf, their weights are NaN (inf - inf): the
     ranking is refused and thread 0 walks the contract's heap, as the engine does."""
@@ -93,3 +122,32 @@ def test_a_draw_exactly_on_a_running_sum_goes_to_the_next_rank(di):
     assert want[0] == r
     emu = di.MegaModel(cfg, weights, max_context=64, executor="emulated", geometry=dict(grid=2, warps=3))
     assert emu.generate(PROMPT, max_new=2, temperature=1.0, seed=seed) == want
+
+
+def test_a_draw_among_the_least_candidates(di):
+    """One logit far above 4,095 equal ones, at a temperature that puts their weights near 2^-23 (each
+    a candidate, and each add moves the running sum c, which stays below 2): a seed whose u exceeds
+    1 / c draws past rank 0, among the least candidates (ids in rank order). A ranking that dropped
+    weights it should keep would draw id 0."""
+    vocab = 4096
+    cfg = di.ModelConfig.from_dict(dict(synthetic.CONFIGS["llama"], vocab_size=vocab))
+    weights = random_weights(di, cfg, "cpu")
+    head = torch.zeros_like(weights["lm_head.weight"])
+    head[0] = torch.randn(head.shape[1], generator=torch.Generator().manual_seed(5)).to(head.dtype)
+    weights["lm_head.weight"] = head
+    cpu = di.MegaModel(cfg, weights, max_context=64)
+    l0 = float(cpu.generate(PROMPT, max_new=1, return_logits=True)[1][0][0])
+    if l0 < 0:
+        weights["lm_head.weight"] = -head
+        l0 = -l0
+    cpu = di.MegaModel(cfg, weights, max_context=64)
+    temperature = l0 / (23 * math.log(2))  # z_0 - z_i = 23 ln 2: weights near 2^-23
+    w = math.exp(-l0 / temperature)
+    c = 1 + (vocab - 1) * w
+    position = len(PROMPT)
+    lo, hi = int(2**24 / c * (1 + 0.2 * (c - 1))), int(2**24 / c * (1 + 0.8 * (c - 1)))
+    seed = next(s for s in range(1 << 22) if lo < philox_uniform_bits(s, position) < hi)
+    want = cpu.generate(PROMPT, max_new=1, temperature=temperature, seed=seed)
+    assert 100 < want[0] < vocab - 100  # drawn among the tail (ties: rank order is id order)
+    emu = di.MegaModel(cfg, weights, max_context=64, executor="emulated", geometry=dict(grid=2, warps=3))
+    assert emu.generate(PROMPT, max_new=1, temperature=temperature, seed=seed) == want
