@@ -7,7 +7,7 @@
 //
 // The candidates are the weights of at least 2^-24, half an ulp of 1: rank 0's weight is 1, so
 // every later running sum c is at least 1 and a weight below 2^-24 lies below half an ulp of c,
-// where the walk ends (det_mk_walk_take). The ranks the walk can reach are all candidates, and
+// where the walk ends (det_mk_rank_walk). The ranks the walk can reach are all candidates, and
 // they rank in the same order among themselves. A trained model's step has far fewer candidates
 // than ids: SmolLM2-135M-Instruct, median 7,228 of 49,152 at temperature 1 and 366 at 0.7.
 //
@@ -175,46 +175,53 @@ struct det_mk_walk {
   float c;
 };
 
-// One rank of the walk (det_sample_keep's rules), weight v: false when the walk ends here. It also
-// ends at a weight below half an ulp of c: from there every add leaves c as it is (weights never
-// rise in rank order), and the draw never reaches those ranks (det_mk_rank_draw), so the ranks the
-// contract would still keep there are left uncounted.
-DET_DEV bool det_mk_walk_take(float v, det_mk_walk& w, float target, const det_sample_params& p) {
-  if (det_sample_refused(v, w.n, p)) return false;
-  if (w.n >= 1 && v < det_mk_half_ulp(w.c)) return false;
-  w.c = det_add_f32(w.c, v);
-  ++w.n;
-  return !det_sample_full(w.n, w.c, target, p);
-}
-
-// On warp 0, the contract's walk over the n ranked candidates (past them every weight lies below
-// half an ulp of c, where the walk ends anyway). Each 32 weights go through w32 (16-byte
-// aligned) so that every lane adds them in rank order and holds the same sums; lane k keeps the
-// sum after the k-th, and the 32 are stored at once.
-DET_DEV det_mk_walk det_mk_rank_walk(const uint64_t* ranked, int64_t n, float S, const det_sample_params& p,
+// On warp 0, the contract's walk (det_sample_keep's rules) over the n ranked candidates, 32 ranks a
+// round. Every lane adds the round's 32 weights in rank order (from w32, 16-byte aligned: one
+// dependent add a rank, nothing else on that chain), so lane k holds the running sum after the
+// round's k-th rank and, from lane k - 1, the sum before it. Then each lane tests its own rank as
+// the walk would reach it (every earlier rank kept): refused by min_p, or below half an ulp of the
+// sum before it (from there no add changes the sum: weights never rise in rank order, and the draw
+// never reaches those ranks, det_mk_rank_draw), so the walk ends before it; top_k or top_p reached,
+// so it ends after it. The first such rank by ballot ends the walk where the rank-by-rank walk
+// would; the sums past it are never read. Past the n candidates every weight lies below half an
+// ulp of the sum (their end is a stop too). Each running sum is stored at once, to run.
+DET_DEV det_mk_walk det_mk_rank_walk(const uint64_t* ranked, int64_t n, float S, const det_sample_params& params,
                                      float* run, float* w32) {
+  const det_sample_params p = params;  // in registers: the stores below might alias the caller's copy
   const int lane = det_lane();
   const float target = det_sample_target(S, p);
   det_mk_walk w = {0, 0.0f};
-  bool more = true;
-  for (int64_t base = 0; more && base < n; base += DET_WARP) {
+  for (int64_t base = 0; base < n; base += DET_WARP) {
     const int64_t j = base + lane;
+    const float v = j < n ? det_mk_rank_weight(ranked[j]) : 0.0f;
     det_sync_warp();  // every lane is done with the last 32
-    w32[lane] = j < n ? det_mk_rank_weight(ranked[j]) : 0.0f;
+    w32[lane] = v;
     det_sync_warp();
-    const int m = n - base < DET_WARP ? (int)(n - base) : DET_WARP;
-    float mine = 0.0f;
-    auto step = [&](float v, int k) {  // rank base + k; lane k keeps its sum if it is kept
-      if (!more || k >= m) return (void)(more = false);
-      const int64_t kept = w.n;
-      more = det_mk_walk_take(v, w, target, p);
-      if (w.n > kept && lane == k) mine = w.c;
-    };
-    for (int k = 0; more && k < m; k += 4) {  // four weights a shared load, added one at a time
+    float c = w.c, mine = 0.0f;
+    for (int k = 0; k < DET_WARP; k += 4) {  // four weights a shared load, added one at a time
       const det_vec_f32x4 q = det_load_f32x4(w32 + k);
-      step(q.x, k), step(q.y, k + 1), step(q.z, k + 2), step(q.w, k + 3);
+      c = det_add_f32(c, q.x), mine = lane == k ? c : mine;
+      c = det_add_f32(c, q.y), mine = lane == k + 1 ? c : mine;
+      c = det_add_f32(c, q.z), mine = lane == k + 2 ? c : mine;
+      c = det_add_f32(c, q.w), mine = lane == k + 3 ? c : mine;
     }
+    float before = mine;
+    det_shfl_idx_n(&before, 1, lane > 0 ? lane - 1 : 0);
+    if (lane == 0) before = w.c;
+    const int64_t kept_before = w.n + lane;  // ranks kept before this one if the walk reaches it
+    const bool end_before = j >= n || det_sample_refused(v, kept_before, p) ||
+                            (kept_before >= 1 && v < det_mk_half_ulp(before));
+    const bool end_after = det_sample_full(kept_before + 1, mine, target, p);
+    const uint32_t eb = det_ballot(end_before), ea = det_ballot(end_after);
+    const int first_eb = eb ? det_popc((eb & (0u - eb)) - 1u) : DET_WARP;  // the lowest lane set
+    const int first_ea = ea ? det_popc((ea & (0u - ea)) - 1u) : DET_WARP;
+    const int kept = first_eb <= first_ea ? first_eb : first_ea + 1;  // ranks of this round kept
     if (j < n) run[j] = mine;
+    float last = mine;
+    det_shfl_idx_n(&last, 1, kept > 0 ? kept - 1 : 0);
+    if (kept > 0) w.c = last;
+    w.n += kept;
+    if (eb | ea) break;
   }
   return w;
 }
