@@ -8,9 +8,11 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from det_fixtures import synthetic
+from det_fixtures.philox import uniform_bits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from bench_gpu import random_weights  # noqa: E402
@@ -69,7 +71,7 @@ def spread_model(di, vocab):
 def test_only_candidates_are_ranked(di, vocab, warps):
     """Ids below 2^-24 are left out of the ranking; the walk runs out of candidates where the
     contract's would go on through weights that no longer change its sum (temperature only, a top_k
-    past the candidates, a min_p below every weight, a top_p the sum never reaches)."""
+    past the candidates, a min_p below every weight, a top_p near 1)."""
     cfg, weights = spread_model(di, vocab)
     cpu = di.MegaModel(cfg, weights, max_context=64)
     emu = di.MegaModel(cfg, weights, max_context=64, executor="emulated", geometry=dict(grid=2, warps=warps))
@@ -94,27 +96,14 @@ def test_overflowing_temperature_takes_the_heaps_order(di):
     assert emu.generate(PROMPT, max_new=4, temperature=1e-38, seed=6) == want
 
 
-def philox_uniform_bits(seed, position):
-    """det_sample_uniform's 24 bits (contract/det_philox.h), for finding a seed below."""
-    m32 = 0xFFFFFFFF
-    c = [position & m32, position >> 32, 0, 0]
-    k0, k1 = seed & m32, seed >> 32
-    for rnd in range(10):
-        if rnd:
-            k0, k1 = (k0 + 0x9E3779B9) & m32, (k1 + 0xBB67AE85) & m32
-        p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
-        c = [(p1 >> 32) ^ c[1] ^ k0, p1 & m32, (p0 >> 32) ^ c[3] ^ k1, p0 & m32]
-    return c[0] >> 8
-
-
 def test_a_draw_exactly_on_a_running_sum_goes_to_the_next_rank(di):
     """4,096 equal logits: every weight is 1, the running sums are 1, 2, ..., 4,096 and r = u * 4,096.
     At a seed whose u is a multiple of 2^-12, r equals the sum after rank r - 1 exactly, and the
     contract draws the first rank whose sum *exceeds* r: rank r, token r (ids in rank order)."""
-    assert philox_uniform_bits(0, 0) == 0x6627E8D5 >> 8  # Random123's known answer
+    assert uniform_bits(0, 0) == 0x6627E8D5 >> 8  # Random123's known answer
     position = len(PROMPT)  # the first new token's
-    seed = next(s for s in range(1 << 20) if philox_uniform_bits(s, position) % 4096 == 0)
-    r = philox_uniform_bits(seed, position) // 4096
+    seed = int(np.flatnonzero(uniform_bits(np.arange(1 << 20, dtype=np.uint64), position) % 4096 == 0)[0])
+    r = uniform_bits(seed, position) // 4096
     cfg = di.ModelConfig.from_dict(dict(synthetic.CONFIGS["llama"], vocab_size=4096))
     weights = random_weights(di, cfg, "cpu")
     weights["lm_head.weight"] = torch.zeros_like(weights["lm_head.weight"])
@@ -125,10 +114,10 @@ def test_a_draw_exactly_on_a_running_sum_goes_to_the_next_rank(di):
 
 
 def test_a_draw_among_the_least_candidates(di):
-    """One logit far above 4,095 equal ones, at a temperature that puts their weights near 2^-23 (each
-    a candidate, and each add moves the running sum c, which stays below 2): a seed whose u exceeds
-    1 / c draws past rank 0, among the least candidates (ids in rank order). A ranking that dropped
-    weights it should keep would draw id 0."""
+    """One logit far above 4,095 equal ones, at a temperature that puts their weights near 2^-23.8,
+    between 2^-24 and 2^-23 (each a candidate, and each add moves the running sum c by an ulp, as c
+    stays below 2): a seed whose u exceeds 1 / c draws past rank 0, among the least candidates (ids
+    in rank order). A ranking that dropped weights it should keep (a bound of 2^-23) would draw id 0."""
     vocab = 4096
     cfg = di.ModelConfig.from_dict(dict(synthetic.CONFIGS["llama"], vocab_size=vocab))
     weights = random_weights(di, cfg, "cpu")
@@ -141,12 +130,17 @@ def test_a_draw_among_the_least_candidates(di):
         weights["lm_head.weight"] = -head
         l0 = -l0
     cpu = di.MegaModel(cfg, weights, max_context=64)
-    temperature = l0 / (23 * math.log(2))  # z_0 - z_i = 23 ln 2: weights near 2^-23
-    w = math.exp(-l0 / temperature)
-    c = 1 + (vocab - 1) * w
+    temperature = l0 / (23.8 * math.log(2))  # z_0 - z_i = 23.8 ln 2: weights near 2^-23.8
+    w = torch.tensor(math.exp(-l0 / temperature), dtype=torch.float32)
+    assert 2.0**-24 < float(w) < 2.0**-23
+    c = torch.tensor(1.0, dtype=torch.float32)
+    for _ in range(vocab - 1):  # the running sum as fp32 adds make it (within an ulp of each weight)
+        c = c + w
+    c = float(c)
     position = len(PROMPT)
     lo, hi = int(2**24 / c * (1 + 0.2 * (c - 1))), int(2**24 / c * (1 + 0.8 * (c - 1)))
-    seed = next(s for s in range(1 << 22) if lo < philox_uniform_bits(s, position) < hi)
+    bits = uniform_bits(np.arange(1 << 22, dtype=np.uint64), position)
+    seed = int(np.flatnonzero((lo < bits) & (bits < hi))[0])
     want = cpu.generate(PROMPT, max_new=1, temperature=temperature, seed=seed)
     assert 100 < want[0] < vocab - 100  # drawn among the tail (ties: rank order is id order)
     emu = di.MegaModel(cfg, weights, max_context=64, executor="emulated", geometry=dict(grid=2, warps=3))

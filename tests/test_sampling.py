@@ -12,6 +12,7 @@ import pytest
 from det_fixtures import synthetic
 import torch
 from det_fixtures.certification import ROOT, generation_digest, model_dir
+from det_fixtures.philox import uniform_bits
 from det_fixtures.pins import SAMPLED_DIGESTS
 
 N_SAMPLED = 48
@@ -204,3 +205,27 @@ def test_engine_ranking_keeps_the_contracts_heap_set(di, V):
             ref_ids, ref_c = di.ops._test_sample_keep(w, S, k, p, m, True)
             ids, c = di.ops._test_sample_keep(w, S, k, p, m, False)
             assert torch.equal(ids, ref_ids) and (c == ref_c or math.isnan(c) and math.isnan(ref_c)), (V, k, p, m)
+
+
+def test_engine_draw_is_the_contracts_where_weights_straddle_the_candidates_bound(di):
+    """sample_token ranks only the candidates (weights of at least 2^-24, det_sample_cpu.cpp); the
+    contract's heap walk ranks every id. One logit at 0 and 16,383 at -(23.8 +- 1.2) ln 2: weights
+    spread over [2^-25, 2^-22.6], a quarter or more of them in [2^-24, 2^-23), each of which still
+    moves the running sum while it is below 2. Seeds whose u lies near 1 draw deep among them, where
+    a bound that dropped a weight it must keep changes the token."""
+    V, position = 16384, 9
+    g = torch.Generator().manual_seed(3)
+    logits = (-(23.8 + torch.empty(V, dtype=torch.float64).uniform_(-1.2, 1.2, generator=g)) * math.log(2)).float()
+    logits[0] = 0.0
+    w = torch.exp(logits.double())
+    assert int(((w >= 2.0**-24) & (w < 2.0**-23)).sum()) > V // 4
+    bits = uniform_bits(np.arange(1 << 17, dtype=np.uint64), position)
+    seeds = [int(s) for s in np.flatnonzero(bits > int((1 - 1.5e-3) * 2**24))[:40]] + list(range(10))
+    drawn = set()
+    for top_k, top_p, min_p in ((0, 1.0, 0.0), (V // 2, 1.0, 0.0), (0, 0.99995, 0.0), (0, 1.0, 1e-9)):
+        for seed in seeds:
+            args = (logits, 1.0, top_k, top_p, min_p, seed, position)
+            want = di.ops._test_sample_token_reference(*args)
+            assert di.ops.sample_token(*args) == want, (top_k, top_p, min_p, seed)
+            drawn.add(want)
+    assert len(drawn) > 20  # the draws spread over the tail, not only rank 0

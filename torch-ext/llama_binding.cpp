@@ -70,8 +70,10 @@ void mak_generate(Model model, const torch::Tensor& prompts,
                               step_logits.numel() > 0 ? step_logits.data_ptr<float>() : nullptr));
 }
 
-int64_t sample_token(const torch::Tensor& logits, double temperature, int64_t top_k, double top_p, double min_p,
-                     int64_t seed, int64_t position) {
+// One row's draw by the engine (det_cpu_sample_f32) or, for tests, by the contract's own steps on one
+// thread: scalar weights, the heap walk over every id and the draw (contract/det_sample.h).
+static int64_t sample_row(const torch::Tensor& logits, double temperature, int64_t top_k, double top_p, double min_p,
+                          int64_t seed, int64_t position, bool reference) {
   TORCH_CHECK_VALUE(logits.scalar_type() == torch::kFloat32 && logits.is_cpu() && logits.is_contiguous() &&
                         logits.dim() == 1 && logits.numel() >= 1,
                     "det-infer: sample_token takes a contiguous 1-d float32 CPU tensor of logits");
@@ -80,10 +82,28 @@ int64_t sample_token(const torch::Tensor& logits, double temperature, int64_t to
   const torch::Tensor i = torch::tensor({top_k, seed}, torch::kInt64);
   const det_sample_params p = sample_params(f, i, 1)[0];
   const int64_t V = logits.numel();
+  const float* lg = logits.data_ptr<float>();
   std::vector<float> e(V);
   std::vector<int32_t> heap(V);
   det_fpenv_guard env;
-  return det_cpu_sample_f32(logits.data_ptr<float>(), V, p, position, e.data(), heap.data());
+  if (!reference) return det_cpu_sample_f32(lg, V, p, position, e.data(), heap.data());
+  if (det_sample_greedy(p)) return det_argmax_f32_ref(lg, V);
+  for (int64_t k = 0; k < V; ++k)
+    if (!det_sample_finite(lg[k])) return det_argmax_f32_ref(lg, V);
+  float m = det_sample_scaled(lg[0], p);
+  for (int64_t k = 0; k < V; ++k) m = det_sample_scaled(lg[k], p) > m ? det_sample_scaled(lg[k], p) : m;
+  for (int64_t k = 0; k < V; ++k) e[k] = det_sample_weight(det_sample_scaled(lg[k], p), m);
+  return det_sample_walk(e.data(), V, det_sum_f32_ref(e.data(), V), p, position, heap.data());
+}
+
+int64_t sample_token(const torch::Tensor& logits, double temperature, int64_t top_k, double top_p, double min_p,
+                     int64_t seed, int64_t position) {
+  return sample_row(logits, temperature, top_k, top_p, min_p, seed, position, false);
+}
+
+static int64_t test_sample_token_reference(const torch::Tensor& logits, double temperature, int64_t top_k, double top_p,
+                                           double min_p, int64_t seed, int64_t position) {
+  return sample_row(logits, temperature, top_k, top_p, min_p, seed, position, true);
 }
 
 // The decode-step rule (det_decode_continues) for the Python per-step path.
@@ -238,4 +258,8 @@ void register_llama_ops(torch::Library& ops) {
   ops.def("_test_sample_keep(Tensor e, float S, int top_k, float top_p, float min_p, bool reference) -> "
           "(Tensor, float)");
   ops.impl("_test_sample_keep", torch::kCPU, &test_sample_keep);
+  // Test-only: sample_token's draw by the contract's own steps (the heap walk over every id).
+  ops.def("_test_sample_token_reference(Tensor logits, float temperature, int top_k, float top_p, float min_p, "
+          "int seed, int position) -> int");
+  ops.impl("_test_sample_token_reference", torch::kCPU, &test_sample_token_reference);
 }
