@@ -4,7 +4,7 @@
 of --reps runs in this one process.
 
     .venv/bin/python benchmarks/bench_sampling.py [--reps 5] [--tokens 64] [--build DIR]
-    .venv/bin/python benchmarks/bench_sampling.py --candidates [--tokens 48]
+    .venv/bin/python benchmarks/bench_sampling.py --candidates [--tokens 64]
 
 --build DIR loads the kernel built in DIR (another checkout's build/, to compare two versions side
 by side); the default is this checkout's build/. --candidates counts instead, at each step of four

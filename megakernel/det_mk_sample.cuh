@@ -26,9 +26,10 @@
 // pass 0's counts, warp 0's S) issue DET_MK_SAMPLE_BATCH loads a thread together, so that a load
 // round trip serves 4 elements (4 runs of 8 for S); pass 0 reads the V weights, V/256 steps a
 // warp, then 3 passes of n/256 steps; a step is one coalesced 8-byte load (4 steps' loads in
-// flight together), 8 ballots and a scattered store. Then warp 0's walk, one dependent add a rank
-// until a filter stops it or the weights fall below half an ulp of the sum (at most n adds), where
-// the contract's heap took about 750,000 dependent sift levels at 49,152 ids on one thread.
+// flight together), 8 ballots and a scattered store. Then warp 0's walk, 32 ranks a round and one
+// dependent add a rank, until a filter stops it or the weights fall below half an ulp of the sum
+// (at most n adds), where the contract's heap took about 750,000 dependent sift levels at 49,152
+// ids on one thread.
 #pragma once
 
 #include "../contract/det_sample.h"
