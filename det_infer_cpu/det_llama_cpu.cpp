@@ -339,10 +339,11 @@ int det_llama_generate(const det_llama_model* m, int64_t B, const int32_t* promp
   // The picks of a step are independent (each sequence's own logits, parameters and position), so a
   // batch's sampled ones are spread over the threads, each with its own scratch: a draw reads the
   // whole vocabulary several times (about 0.4-0.5 ms at 49,152 ids on a Zen 5 core).
-  const int64_t scratch = sample ? det_parallel_threads() : 0;
+  // Scratch rows: one a thread that draws (det_parallel_round_robin gives a task to threads 0..B-1).
+  const int64_t scratch = sample ? std::min<int64_t>(det_parallel_threads(), B) : 0;
   std::vector<float> sample_e(scratch * V);
   std::vector<int32_t> sample_heap(scratch * V), ids(B);
-  det_fpenv_guard env;  // a single pick runs on this thread
+  det_fpenv_guard env;  // greedy picks and a lone draw run on this thread
   for (int64_t b = 0; b < B; ++b) {
     next_pos[b] = start_positions[b] + prompt_offsets[b + 1] - prompt_offsets[b];
     out_lengths[b] = 0;
