@@ -72,6 +72,19 @@ DET_DEV float det_mk_warp_sum_f32(const float* x, int64_t K) {
   return acc[0];
 }
 
+// Every thread of the block: f(i, x[i]) for its elements i = thread, thread + threads, ... of [0, n),
+// DET_MK_SAMPLE_BATCH of them loaded before f sees any (one load round trip for the batch; f may
+// store to x[i] itself).
+template <typename F>
+DET_DEV void det_mk_each_batched(const float* x, int64_t n, F f) {
+  const int64_t T = det_threads();
+  for (int64_t i0 = det_thread(); i0 < n; i0 += DET_MK_SAMPLE_BATCH * T) {
+    float v[DET_MK_SAMPLE_BATCH];
+    for (int u = 0; u < DET_MK_SAMPLE_BATCH; ++u) v[u] = i0 + u * T < n ? x[i0 + u * T] : 0.0f;
+    for (int u = 0; u < DET_MK_SAMPLE_BATCH && i0 + u * T < n; ++u) f(i0 + u * T, v[u]);
+  }
+}
+
 // On one warp: count[0..n) (n a multiple of 32) becomes its exclusive prefix sums; returns the
 // total on every lane.
 DET_DEV int det_mk_rank_scan(int* count, int n) {
@@ -264,19 +277,13 @@ DET_DEV_NOINLINE bool det_mk_sample(const det_mk_ctx& c, const float* lg, const 
   if (det_thread() == 0) part[nw + 2] = 0.0f, part[nw + 3] = 0.0f;
   for (int i = det_thread(); i < DET_MK_RANK_BINS * nw; i += det_threads()) count[i] = 0;
   det_sync_block();
-  // The loops over V load DET_MK_SAMPLE_BATCH elements a thread before they use any.
-  const int64_t T = det_threads(), stride = DET_MK_SAMPLE_BATCH * T;
   float mx = det_sample_scaled(lg[0], sp);
-  for (int64_t i0 = det_thread(); i0 < V; i0 += stride) {
-    float l[DET_MK_SAMPLE_BATCH];
-    for (int u = 0; u < DET_MK_SAMPLE_BATCH; ++u) l[u] = i0 + u * T < V ? lg[i0 + u * T] : 0.0f;
-    for (int u = 0; u < DET_MK_SAMPLE_BATCH && i0 + u * T < V; ++u) {
-      if (!det_sample_finite(l[u])) part[nw + 2] = 1.0f;  // any thread may raise it
-      const float z = det_sample_scaled(l[u], sp);
-      e[i0 + u * T] = z;
-      mx = z > mx ? z : mx;
-    }
-  }
+  det_mk_each_batched(lg, V, [&](int64_t i, float l) {
+    if (!det_sample_finite(l)) part[nw + 2] = 1.0f;  // any thread may raise it
+    const float z = det_sample_scaled(l, sp);
+    e[i] = z;
+    mx = z > mx ? z : mx;
+  });
   det_shfl_down_combine_n(&mx, 1, 16, [](float a, float b) { return b > a ? b : a; });
   det_shfl_down_combine_n(&mx, 1, 8, [](float a, float b) { return b > a ? b : a; });
   det_shfl_down_combine_n(&mx, 1, 4, [](float a, float b) { return b > a ? b : a; });
@@ -294,18 +301,13 @@ DET_DEV_NOINLINE bool det_mk_sample(const det_mk_ctx& c, const float* lg, const 
   }
   det_sync_block();
   const float m = part[nw];
-  for (int64_t i0 = det_thread(); i0 < V; i0 += stride) {
-    float z[DET_MK_SAMPLE_BATCH];
-    for (int u = 0; u < DET_MK_SAMPLE_BATCH; ++u) z[u] = i0 + u * T < V ? e[i0 + u * T] : 0.0f;
-    for (int u = 0; u < DET_MK_SAMPLE_BATCH && i0 + u * T < V; ++u) {
-      const int64_t i = i0 + u * T;
-      const float v = det_sample_weight(z[u], m);
-      e[i] = v;
-      if (det_f32_bits(v) > DET_MK_RANK_E_MAX) part[nw + 3] = 1.0f;  // NaN (z overflowed): the heap's order
-      else if (det_mk_rank_candidate(v))
-        det_atomic_add_shared(count + det_mk_rank_digit(det_mk_rank_pair(v, i), 0) * nw + (uint32_t)i / (uint32_t)chunk, 1);
-    }
-  }
+  det_mk_each_batched(e, V, [&](int64_t i, float z) {
+    const float v = det_sample_weight(z, m);
+    e[i] = v;
+    if (det_f32_bits(v) > DET_MK_RANK_E_MAX) part[nw + 3] = 1.0f;  // NaN (z overflowed): the heap's order
+    else if (det_mk_rank_candidate(v))
+      det_atomic_add_shared(count + det_mk_rank_digit(det_mk_rank_pair(v, i), 0) * nw + (uint32_t)i / (uint32_t)chunk, 1);
+  });
   det_sync_block();
   if (det_warp() == 0) {
     const float S = det_mk_warp_sum_f32(e, V);

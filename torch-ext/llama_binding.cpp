@@ -91,8 +91,11 @@ static int64_t sample_row(const torch::Tensor& logits, double temperature, int64
   for (int64_t k = 0; k < V; ++k)
     if (!det_sample_finite(lg[k])) return det_argmax_f32_ref(lg, V);
   float m = det_sample_scaled(lg[0], p);
-  for (int64_t k = 0; k < V; ++k) m = det_sample_scaled(lg[k], p) > m ? det_sample_scaled(lg[k], p) : m;
-  for (int64_t k = 0; k < V; ++k) e[k] = det_sample_weight(det_sample_scaled(lg[k], p), m);
+  for (int64_t k = 0; k < V; ++k) {
+    e[k] = det_sample_scaled(lg[k], p);
+    m = e[k] > m ? e[k] : m;
+  }
+  for (int64_t k = 0; k < V; ++k) e[k] = det_sample_weight(e[k], m);
   return det_sample_walk(e.data(), V, det_sum_f32_ref(e.data(), V), p, position, heap.data());
 }
 
