@@ -10,7 +10,9 @@ of --reps runs in this one process.
 by side); the default is this checkout's build/. --candidates counts instead, at each step of four
 chat answers sampled at temperatures 1.0 and 0.7, the candidates a draw ranks: the ids whose weight
 exp(fl(z - m)) is at least 2^-24 (SPEC §15; torch's float32 exp, within an ulp of the contract's),
-and times the CPU engine's draw (sample_token) over the same rows of logits, medians of 3.
+and times the CPU engine's draw (sample_token) over the same rows of logits, medians of 3; then
+logprob_rows and token_freqs over the rows of temperature 0.7, which run the same passes over the
+vocabulary (z, the max, exp, the canonical sum).
 """
 import argparse
 import os
@@ -86,6 +88,20 @@ def candidates(di, mm, checkpoint, tokens):
             times.append((time.perf_counter() - t) / len(rows) * 1e6)
         print(f"{temperature:11.1f} {len(counts):5d} {logits.shape[-1]:6d} {q(0.1):6d} {statistics.median(counts):7.0f} "
               f"{q(0.9):6d} {counts[-1]:6d} {statistics.median(times):8.0f}")
+    rows = torch.stack(rows)  # the last temperature's rows: the passes over the vocabulary that scoring and
+    n = rows.shape[0]         # compression share with the draw (z, the max, exp, the canonical sum)
+    lp, rank = torch.empty(n), torch.empty(n, dtype=torch.int64)
+    freqs = torch.empty(rows.shape, dtype=torch.int32)
+    for name, op in (("logprob_rows", lambda: di.ops.logprob_rows(rows, torch.zeros(n, dtype=torch.int64), 1.0, 0, lp,
+                                                                   rank, torch.empty(n, 0, dtype=torch.int64),
+                                                                   torch.empty(n, 0))),
+                     ("token_freqs", lambda: di.ops.token_freqs(rows, freqs))):
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            op()
+            times.append((time.perf_counter() - t) / n * 1e6)
+        print(f"{name}: {statistics.median(times):.0f} us a row (wall time over the engine's threads)")
     return 0
 
 

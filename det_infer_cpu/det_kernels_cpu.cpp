@@ -49,6 +49,26 @@ DET_CPU_CLONES void exp_sub_ref(const float* s, float m, float* e, int64_t n) {
   for (int64_t i = 0; i < n; ++i) e[i] = det_exp_f32(det_sub_f32(s[i], m));
 }
 
+// Each full block of 256 terms is copied transposed (step i of accumulator l to t[i][l]), so the
+// 32 accumulators then advance side by side in vectors, each in its own order; the last short block
+// goes term by term as the reference does. About 4x faster than the literal loop on Zen 5 (AVX2).
+DET_CPU_CLONES float sum_blocks(const float* a, int64_t K) {
+  float acc[DET_REDUCE_LANES];
+  float t[DET_REDUCE_RUN][DET_REDUCE_LANES];
+  for (int l = 0; l < DET_REDUCE_LANES; ++l) acc[l] = 0.0f;
+  int64_t k0 = 0;
+  for (; k0 + DET_REDUCE_BLOCK <= K; k0 += DET_REDUCE_BLOCK) {
+    for (int l = 0; l < DET_REDUCE_LANES; ++l)
+      for (int i = 0; i < DET_REDUCE_RUN; ++i) t[i][l] = a[det_reduce_term(k0, l, i)];
+    for (int i = 0; i < DET_REDUCE_RUN; ++i)
+      for (int l = 0; l < DET_REDUCE_LANES; ++l) acc[l] = det_add_f32(acc[l], t[i][l]);
+  }
+  for (int l = 0; l < DET_REDUCE_LANES; ++l)
+    for (int i = 0; i < DET_REDUCE_RUN; ++i)
+      if (det_reduce_term(k0, l, i) < K) acc[l] = det_add_f32(acc[l], a[det_reduce_term(k0, l, i)]);
+  return det_reduce_tree_f32(acc);
+}
+
 DET_CPU_CLONES void attn_scores_ref(const float* q, const float* k, int64_t stride, int64_t D, int64_t n,
                                     float scale, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = det_mul_f32(det_dot_f32_ref(q, k + i * stride, D), scale);
@@ -149,6 +169,8 @@ void det_act_mul(int act, const float* gate, const float* up, float* out, int64_
 #endif
   act_mul_ref(act, gate, up, out, n);
 }
+
+float det_sum_f32(const float* a, int64_t K) { return sum_blocks(a, K); }
 
 void det_exp_sub(const float* s, float m, float* e, int64_t n) {
 #if defined(__x86_64__)

@@ -106,6 +106,8 @@ void det_attn_chunk(det_attn_rows rows, int64_t D, float scale, const det_attn_q
 void det_act_mul(int act, const float* gate, const float* up, float* out, int64_t n);
 // e[i] = exp(fl(s[i] - m))
 void det_exp_sub(const float* s, float m, float* e, int64_t n);
+// The canonical sum of a[0 .. K) (docs/SPEC.md §9, det_sum_f32_ref's order), vectorized.
+float det_sum_f32(const float* a, int64_t K);
 
 // ---- the versions -----------------------------------------------------------------------------
 void det_gemv_rows_ref(const det_matrix& W, int64_t K, const float* X, int64_t B, float* Y, int64_t ldy,

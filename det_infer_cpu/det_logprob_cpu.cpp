@@ -1,6 +1,7 @@
 // det_logprob_cpu.cpp: rows of logits to the contract's logprobs (contract/det_logprob.h). The
 // exponentials run through the engine's vectorized exp(fl(z - m)) (det_exp_sub, bit-equal to
-// det_sample_weight); everything else is the contract header's own code.
+// det_sample_weight) and their sums through its vectorized canonical sum (det_sum_f32, bit-equal to
+// det_sum_f32_ref); everything else is the contract header's own code.
 #include "det_logprob_cpu.h"
 
 #include <algorithm>
@@ -19,7 +20,7 @@ float row_terms(const float* logits, int64_t V, const det_sample_params& p, floa
   *m = det_logprob_max(logits, V, p);
   for (int64_t i = 0; i < V; ++i) z[i] = det_sample_scaled(logits[i], p);
   det_exp_sub(z, *m, e, V);
-  return det_sum_f32_ref(e, V);
+  return det_sum_f32(e, V);
 }
 
 }  // namespace
@@ -99,7 +100,7 @@ void det_cpu_token_freqs(const float* logits, int64_t n, int64_t V, int32_t* f) 
       float m = row[0];
       for (int64_t i = 1; i < V; ++i) m = row[i] > m ? row[i] : m;
       det_exp_sub(row, m, e.data(), V);  // det_sample_weight, vectorized (the same bits)
-      const float c = det_freq_scale(det_sum_f32_ref(e.data(), V));
+      const float c = det_freq_scale(det_sum_f32(e.data(), V));
       for (int64_t i = 0; i < V; ++i) out[i] = det_freq_of(e[i], c);
     }
   }, 2);

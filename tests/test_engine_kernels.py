@@ -167,6 +167,28 @@ def test_engine_activations_short_lengths(di, isa, fn):
         assert torch.equal(out[n:], torch.full((8,), 7.0)), n
 
 
+@pytest.mark.parametrize("K", [1, 7, 8, 255, 256, 257, 511, 1000, 2048, 49152, 49153, 151936])
+def test_engine_sum_equals_the_reference(di, K):
+    """The engine's canonical sum (det_sum_f32: full blocks transposed and summed in vectors, the
+    short last block term by term), which the sampler, log-probabilities and token frequencies use,
+    against the literal loop, bit for bit: terms spread over 60 binades and both signs (so the order
+    shows in the result), rows of exp weights as the sampler sums, signed zeros, and a row with
+    infinities."""
+    rng = np.random.default_rng(K)
+    spread = rng.standard_normal(K) * 2.0 ** rng.integers(-30, 30, K)
+    weights = np.exp(-rng.exponential(8.0, K))
+    zeros = np.where(rng.random(K) < 0.5, -0.0, 0.0)
+    inf = rng.standard_normal(K)
+    inf[K // 3] = np.inf
+    inf[-1] = -np.inf if K > 1 else np.inf
+    x = torch.from_numpy(np.stack([spread, weights, zeros, -zeros, inf]).astype(np.float32))
+    out = torch.empty(x.shape[0])
+    di.ops._test_sum_engine(out, x)
+    want = torch.empty(x.shape[0])
+    di.ops.sum_ref(want, x)
+    assert torch.equal(out.view(torch.int32), want.view(torch.int32))
+
+
 @pytest.mark.parametrize("isa", [0, 1, 2], indirect=True, ids=["ref", "avx2", "avx512"])
 @pytest.mark.parametrize("fn", ["silu", "gelu_tanh"])
 def test_engine_activation_times_up(di, isa, fn):

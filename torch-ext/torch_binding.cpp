@@ -119,6 +119,18 @@ void sum_ref(torch::Tensor& out, const torch::Tensor& x) {
   det_cpu_sum_f32_ref(x.data_ptr<float>(), out.data_ptr<float>(), x.size(0), x.size(1));
 }
 
+// The engine's canonical sum of each row (det_sum_f32), for tests against sum_ref.
+void sum_engine(torch::Tensor& out, const torch::Tensor& x) {
+  TORCH_CHECK_VALUE(x.is_cpu() && out.is_cpu() && x.dim() == 2, "det-infer: sum_engine takes CPU (rows, K)");
+  check_dense(x, "x", torch::kFloat32);
+  check_dense(out, "out", torch::kFloat32);
+  TORCH_CHECK_VALUE(out.numel() == x.size(0), "det-infer: out has ", out.numel(), " elements, x has ", x.size(0),
+                    " rows");
+  det_fpenv_guard env;
+  for (int64_t r = 0; r < x.size(0); ++r)
+    out.data_ptr<float>()[r] = det_sum_f32(x.data_ptr<float>() + r * x.size(1), x.size(1));
+}
+
 int64_t argmax_f32(const torch::Tensor& x) {
   TORCH_CHECK_VALUE(x.is_cpu(), "det-infer: argmax_f32 is the CPU reference");
   check_dense(x, "x", torch::kFloat32);
@@ -298,6 +310,9 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // against unary_f32
   ops.def("_test_act_engine(Tensor! out, Tensor x, str fn, Tensor? up=None) -> ()");
   ops.impl("_test_act_engine", torch::kCPU, &act_engine);
+  // each row's canonical sum by the engine's vectorized loop (for tests against sum_ref)
+  ops.def("_test_sum_engine(Tensor! out, Tensor x) -> ()");
+  ops.impl("_test_sum_engine", torch::kCPU, &sum_engine);
   // the engine's attention scores of one query against rows of k (for tests against the contract)
   ops.def("_test_attn_scores_engine(Tensor! out, Tensor q, Tensor k, float scale) -> ()");
   ops.impl("_test_attn_scores_engine", torch::kCPU, &attn_scores_engine);
