@@ -8,8 +8,9 @@
 //    and each V row once for up to four, where a walk per (row, head) transposed the keys and read
 //    V per query (2026-12-05, SmolLM2-135M, one thread: attention at 4,000 positions 32.9 -> 23.9
 //    ms a token; a 4,000-token prompt 59 -> 38 s). From 16 queries on (a prompt's rows) it holds a
-//    query per lane instead (x86/det_attn_lanes_avx512.cpp). Below AVX-512, or when D % 16 != 0,
-//    chunk_partial runs the contract's loops one query at a time.
+//    query per lane instead (x86/det_attn_lanes_avx512.cpp). With AVX2 only (or D % 16 != 0), the
+//    AVX2 kernel runs the key-per-lane schedule eight keys a vector (x86/det_attn_chunk_avx2.cpp);
+//    below AVX2, or when D % 8 != 0, chunk_partial runs the contract's loops one query at a time.
 //  - A unit that holds its rows' whole visible range folds as it goes and writes the outputs.
 //    When there are too few units to keep the threads busy (a batch-1 decode has as many as KV
 //    heads), each row's range is cut into spans: the first span folds as it goes and keeps its
@@ -80,10 +81,26 @@ DET_CPU_CLONES det_attn_acc chunk_partial(const float* q, const float* kc, const
 
 }  // namespace
 
+// The version det_attn_chunk runs for head size D (DET_ISA_*).
+static int attn_chunk_isa(int64_t D) {
+#if defined(__x86_64__)
+  if (det_cpu_isa() >= DET_ISA_AVX512 && D % 16 == 0) return DET_ISA_AVX512;
+  if (det_cpu_isa() >= DET_ISA_AVX2 && D % 8 == 0) return DET_ISA_AVX2;
+#endif
+  return DET_ISA_REF;
+}
+
+const char* det_attn_chunk_impl_name(int64_t D) {
+  static const char* const names[] = {"ref", "avx2", "avx512"};
+  return names[attn_chunk_isa(D)];
+}
+
 void det_attn_chunk(det_attn_rows rows, int64_t D, float scale, const det_attn_query* qs, int64_t nq,
                     det_attn_rows next) {
 #if defined(__x86_64__)
-  if (det_cpu_isa() >= DET_ISA_AVX512 && D % 16 == 0) return det_attn_chunk_avx512(rows, D, scale, qs, nq, next);
+  const int isa = attn_chunk_isa(D);
+  if (isa == DET_ISA_AVX512) return det_attn_chunk_avx512(rows, D, scale, qs, nq, next);
+  if (isa == DET_ISA_AVX2) return det_attn_chunk_avx2(rows, D, scale, qs, nq, next);
 #endif
   // The loops read keys as rows: the visible ones are copied out of their panels first.
   thread_local std::vector<float> group_o, k;

@@ -102,6 +102,8 @@ struct det_attn_rows {
 // this one computes (hints only: they are never read here).
 void det_attn_chunk(det_attn_rows rows, int64_t D, float scale, const det_attn_query* qs, int64_t nq,
                     det_attn_rows next);
+// Which version det_attn_chunk runs for head size D: "ref", "avx2" or "avx512".
+const char* det_attn_chunk_impl_name(int64_t D);
 // out[i] = fl(act(gate[i]) * up[i]), act silu or gelu-tanh (DET_ACT_*, contract/det_act.h)
 void det_act_mul(int act, const float* gate, const float* up, float* out, int64_t n);
 // e[i] = exp(fl(s[i] - m))
@@ -131,6 +133,9 @@ void det_gemv_rows_tile_avx512(const det_matrix& W, int64_t K, const float* xp, 
 // x86/det_attn_avx2.cpp: det_attn_scores eight keys at a time; D % 8 == 0.
 void det_attn_scores_avx2(const float* q, const float* k, int64_t stride, int64_t D, int64_t n, float scale,
                           float* out);
+// x86/det_attn_chunk_avx2.cpp: det_attn_chunk with AVX2 + FMA; D % 8 == 0.
+void det_attn_chunk_avx2(det_attn_rows rows, int64_t D, float scale, const det_attn_query* qs, int64_t nq,
+                         det_attn_rows next);
 // x86/det_attn_chunk_avx512.cpp: det_attn_chunk with AVX-512 (F, DQ); D % 16 == 0.
 void det_attn_chunk_avx512(det_attn_rows rows, int64_t D, float scale, const det_attn_query* qs,
                            int64_t nq, det_attn_rows next);

@@ -238,10 +238,20 @@ def test_engine_attention_scores_equal_the_contract(di, isa, D):
     assert want[0].item() == 0.0 and str(want[1].item()) == ("-0.0" if D >= 256 else "0.0")
 
 
-def _chunk(di, q, k, v, ranges, scale):
+def _chunk(di, q, k, v, ranges, scale, impl=None):
     stats, o = torch.full((q.shape[0], 2), 7.0), torch.full(q.shape, 7.0)
-    di.ops._test_attn_chunk_engine(stats, o, q, k, v, torch.tensor(ranges, dtype=torch.int64), scale)
+    ran = di.ops._test_attn_chunk_engine(stats, o, q, k, v, torch.tensor(ranges, dtype=torch.int64), scale)
+    assert impl is None or ran == impl, (ran, impl)
     return stats, o
+
+
+def _chunk_impl(level, D):
+    """The version det_attn_chunk runs at a capped ISA level on this CPU (det_attn_cpu.cpp)."""
+    if level >= 2 and D % 16 == 0 and _has(*AVX512):
+        return "avx512"
+    if level >= 1 and D % 8 == 0 and _has("avx2", "fma"):
+        return "avx2"
+    return "ref"
 
 
 def _same_bits(a, b):
@@ -249,24 +259,27 @@ def _same_bits(a, b):
     return torch.equal(nan, torch.isnan(b)) and torch.equal(a[~nan].view(torch.int32), b[~nan].view(torch.int32))
 
 
-def _fast_and_ref(di, q, k, v, ranges, scale):
-    """_chunk at the CPU's own ISA level, then with the ISA capped at ref (the contract's loops)."""
-    di.ops._test_isa_cap(2)
-    fast = _chunk(di, q, k, v, ranges, scale)
+def _fast_and_ref(di, q, k, v, ranges, scale, level=2):
+    """_chunk at an ISA level (2: the CPU's own; 1: at most AVX2), then with the ISA capped at ref
+    (the contract's loops)."""
+    di.ops._test_isa_cap(level)
+    fast = _chunk(di, q, k, v, ranges, scale, _chunk_impl(level, q.shape[1]))
     di.ops._test_isa_cap(0)
     try:
-        return fast, _chunk(di, q, k, v, ranges, scale)
+        return fast, _chunk(di, q, k, v, ranges, scale, "ref")
     finally:
         di.ops._test_isa_cap(2)
 
 
-@pytest.mark.parametrize("D", [16, 32, 48, 64, 80, 128, 256, 320, 512])
-def test_engine_attention_chunk_equals_the_loops(di, D):
+@pytest.mark.parametrize("level", [1, 2], ids=["avx2", "avx512"])
+@pytest.mark.parametrize("D", [8, 16, 32, 40, 48, 64, 80, 128, 256, 264, 320, 512])
+def test_engine_attention_chunk_equals_the_loops(di, D, level):
     """One chunk's (m, l, o) for several queries at once against the contract's loops one query at a
-    time (ISA capped at ref), bit for bit. AVX-512 has two schedules: a key per lane for fewer than
-    16 queries (a decode's heads), a query per lane from 16 on (a prompt's rows and heads: 48 with a
-    causal diagonal, 17 with one query alone in its vector, 33 in a cache that ends inside the
-    chunk). Queries with different visible ranges in one call (whole chunk, windows starting and
+    time (ISA capped at ref), bit for bit, at each ISA level the CPU has (AVX2: a key per lane, eight
+    keys a vector, D % 8 == 0; AVX-512, D % 16 == 0, else as AVX2). AVX-512 has two schedules: a key
+    per lane for fewer than 16 queries (a decode's heads), a query per lane from 16 on (a prompt's
+    rows and heads: 48 with a causal diagonal, 17 with one query alone in its vector, 33 in a cache
+    that ends inside the chunk). Queries with different visible ranges in one call (whole chunk, windows starting and
     ending inside a slot group, one slot); values of one scale (every slot's weight near 1, so an
     order changes bits), values over 30 decades, and infinities and NaNs in K and V."""
     rng = np.random.default_rng(D)
@@ -290,7 +303,7 @@ def test_engine_attention_chunk_equals_the_loops(di, D):
             if hostile:
                 k[1, 3], k[5, :2], v[7, 4], v[9, 0] = float("inf"), float("nan"), float("-inf"), float("nan")
                 k[2], v[3] = 0.0, -0.0
-            fast, ref = _fast_and_ref(di, q, k, v, ranges, scale)
+            fast, ref = _fast_and_ref(di, q, k, v, ranges, scale, level)
             assert all(_same_bits(a, b) for a, b in zip(fast, ref)), (n, ranges, hostile)
             assert torch.isfinite(ref[0]).all() or hostile
     # Signed zeros: every score far below 0 but slot 5's, whose products all round to -0 (its score is
@@ -301,7 +314,7 @@ def test_engine_attention_chunk_equals_the_loops(di, D):
     k, v = -(rand(128, D).abs() + 1.0) * 100.0, rand(128, D)
     k[5], v[:, 3], v[5, 3] = -1e-45, -1e-45, -0.0
     for ranges in ([(0, 127)] * 3, [(0, 127)] * 17 + [(5, 5), (0, 9), (5, 100)]):
-        fast, ref = _fast_and_ref(di, q[:len(ranges)], k, v, ranges, scale)
+        fast, ref = _fast_and_ref(di, q[:len(ranges)], k, v, ranges, scale, level)
         assert all(_same_bits(a, b) for a, b in zip(fast, ref)), ranges
         assert str(ref[0][0, 0].item()) == ("-0.0" if D >= 256 else "0.0") and str(ref[1][0, 3].item()) == "0.0"
     with pytest.raises(ValueError, match="0 <= j0 <= j1 < n"):

@@ -192,8 +192,9 @@ void attn_scores_engine(torch::Tensor& out, const torch::Tensor& q, const torch:
 
 // One chunk's attention partials (det_attn_chunk) of the queries q (nq, D), query i seeing slots
 // ranges[i] = (j0, j1) of k and v (n <= 128 rows of D): stats (nq, 2) gets (m, l), o (nq, D) gets o.
-void attn_chunk_engine(torch::Tensor& stats, torch::Tensor& o, const torch::Tensor& q, const torch::Tensor& k,
-                       const torch::Tensor& v, const torch::Tensor& ranges, double scale) {
+// Returns the version that ran (det_attn_chunk_impl_name).
+std::string attn_chunk_engine(torch::Tensor& stats, torch::Tensor& o, const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, const torch::Tensor& ranges, double scale) {
   check_dense(stats, "stats", torch::kFloat32);
   check_dense(o, "o", torch::kFloat32);
   check_dense(q, "q", torch::kFloat32);
@@ -226,6 +227,7 @@ void attn_chunk_engine(torch::Tensor& stats, torch::Tensor& o, const torch::Tens
     stats.data_ptr<float>()[2 * i] = parts[i].m;
     stats.data_ptr<float>()[2 * i + 1] = parts[i].l;
   }
+  return det_attn_chunk_impl_name(D);
 }
 
 // w: bf16 (N, K), or nf4 uint8 codes (N, K/2) with absmax (its fp32 block scales).
@@ -318,7 +320,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.impl("_test_attn_scores_engine", torch::kCPU, &attn_scores_engine);
   // one chunk's attention partials of several queries (for tests of each ISA level against the loops)
   ops.def("_test_attn_chunk_engine(Tensor! stats, Tensor! o, Tensor q, Tensor k, Tensor v, Tensor ranges, "
-          "float scale) -> ()");
+          "float scale) -> str");
   ops.impl("_test_attn_chunk_engine", torch::kCPU, &attn_chunk_engine);
   // ---- the loaders' and the engine's ops
   // the contract's nf4 codebook, and nested absmax resolution (contract/det_nf4.h)
