@@ -317,5 +317,13 @@ def test_engine_attention_chunk_equals_the_loops(di, D, level):
         fast, ref = _fast_and_ref(di, q[:len(ranges)], k, v, ranges, scale, level)
         assert all(_same_bits(a, b) for a, b in zip(fast, ref)), ranges
         assert str(ref[0][0, 0].item()) == ("-0.0" if D >= 256 else "0.0") and str(ref[1][0, 3].item()) == "0.0"
+    # A NaN score after the max in the same vector lane (slot 17 after slot 1, at 8 or 16 keys a
+    # vector): a vector max alone would lose slot 1 there; m is the loops' (l and o are NaN).
+    q = rand(3, D) * 0.3
+    k, v = rand(128, D), rand(128, D)
+    k[1], k[17, 0] = q[0] * 100.0, float("nan")
+    fast, ref = _fast_and_ref(di, q, k, v, [(0, 127)] * 3, scale, level)
+    assert all(_same_bits(a, b) for a, b in zip(fast, ref))
+    assert torch.isfinite(ref[0][0, 0]) and torch.isnan(ref[0][0, 1])
     with pytest.raises(ValueError, match="0 <= j0 <= j1 < n"):
         _chunk(di, q[:1], k, v, [(5, 2)], scale)

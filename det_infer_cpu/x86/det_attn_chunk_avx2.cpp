@@ -6,8 +6,8 @@
 // 7.4 s with AVX-512, and decode at 4,000 positions 44.6 ms a token against 15.8.
 //  - scores: accumulator l of a key takes dims 8l .. 8l + 7 (and 256 + 8l .. when D > 256) in
 //    order, an fma with q's element broadcast, then the tree: det_attn_scores' arithmetic lane for
-//    lane, straight from the panels; two queries share each load of a panel;
-//  - the max, the exps and l as the contract's loops give them (the max in slot order);
+//    lane, straight from the panels; three queries share each load of a panel;
+//  - the max by vectors (the same value up to a zero's sign), the exps and l as the loops give them;
 //  - o's accumulators in registers: a slot group (8 slots) is an fma chain per dimension, 32
 //    dimensions of up to kQ queries at a time, each V row read once for all of them.
 // Only the order of independent work changes; every value is computed by the same operations in
@@ -33,7 +33,7 @@ constexpr int kDBlock = 32;                       // dimensions of o in register
 
 // score[0..8) of kN queries for the 8 keys of half `half` of one panel (kt): kLive accumulators
 // per query take terms; the queries share each load of the panel. 16 ymm registers: 4 accumulators
-// a query in flight.
+// a query in flight, 12 for three queries.
 template <int kLive, int kN>
 DET_AVX2 void block_scores(const float* const* q, const float* kt, int half, int64_t D, float scale,
                            float* const* score) {
@@ -76,7 +76,7 @@ DET_AVX2 void block_scores(const float* const* q, const float* kt, int half, int
 template <int kLive>
 DET_AVX2 void scores(const det_attn_query* qs, int64_t nq, const float* kt, int64_t D, int u0, int u1, float scale,
                      float* score, det_attn_ahead& ahead) {
-  constexpr int kN = kLive <= 4 ? 2 : 1;  // queries per pass over a panel half
+  constexpr int kN = 3;  // queries per pass over a panel half (12 accumulators in flight; 1 or 2: slower)
   const int first = u0 / kKeys * kKeys, blocks = u1 / kKeys - u0 / kKeys + 1;
   for (int b = first; b <= u1; b += kKeys) {
     ahead.upto(kDetAheadScores * ((b - first) / kKeys + 1), 100 * blocks);
@@ -94,7 +94,7 @@ DET_AVX2 void scores(const det_attn_query* qs, int64_t nq, const float* kt, int6
         n = 0;
       }
     }
-    if (n) block_scores<kLive, 1>(qv, panel, half, D, scale, out);  // kN - 1 == 1 left at most
+    for (int i = 0; i < n; ++i) block_scores<kLive, 1>(qv + i, panel, half, D, scale, out + i);
   }
 }
 
@@ -108,6 +108,33 @@ DET_AVX2 void scores_of(const det_attn_query* qs, int64_t nq, const float* kt, i
     case 16: return scores<16>(qs, nq, kt, D, u0, u1, scale, score, ahead);
     default: return scores<DET_REDUCE_LANES>(qs, nq, kt, D, u0, u1, scale, score, ahead);
   }
+}
+
+// The max of score[j0..j1]: the first, then any larger one, in slot order (§13.4 step 1). Without
+// a NaN the vector max is the same value up to the sign of a zero, which never matters (§13.4). (The
+// loop in slot order kept m in memory inside the kernel: a store-to-load chain a slot, 29% of a
+// prompt chunk's time.)
+DET_AVX2 float max_of(const float* score, int j0, int j1) {
+  const __m256 first = _mm256_set1_ps(score[j0]);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i lo = _mm256_set1_epi32(j0 - 1), hi = _mm256_set1_epi32(j1 + 1);
+  __m256 m = first, nan = _mm256_setzero_ps();
+  for (int b = j0 / kKeys * kKeys; b <= j1; b += kKeys) {
+    const __m256i j = _mm256_add_epi32(lane, _mm256_set1_epi32(b));
+    const __m256i live = _mm256_and_si256(_mm256_cmpgt_epi32(j, lo), _mm256_cmpgt_epi32(hi, j));
+    const __m256 x = _mm256_blendv_ps(first, _mm256_loadu_ps(score + b), _mm256_castsi256_ps(live));
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    m = _mm256_max_ps(m, x);
+  }
+  if (!_mm256_movemask_ps(nan)) {
+    m = _mm256_max_ps(m, _mm256_permute2f128_ps(m, m, 1));
+    m = _mm256_max_ps(m, _mm256_shuffle_ps(m, m, 0x4E));
+    m = _mm256_max_ps(m, _mm256_shuffle_ps(m, m, 0xB1));
+    return _mm256_cvtss_f32(m);
+  }
+  float r = score[j0];
+  for (int j = j0 + 1; j <= j1; ++j) r = score[j] > r ? score[j] : r;
+  return r;
 }
 
 // l (§13.4 step 3): accumulator g adds the e of slots 8g .. 8g + 7 in order; ex is 0 outside the
@@ -176,8 +203,7 @@ DET_AVX2 void det_attn_chunk_avx2(det_attn_rows rows, int64_t D, float scale, co
     const int j0 = (int)qs[i].j0, j1 = (int)qs[i].j1;
     const float* score = s.score.data() + i * kChunk;
     float* ex = s.ex.data() + i * kChunk;
-    float m = score[j0];  // §13.4 step 1: the first, then any larger one, in slot order
-    for (int j = j0 + 1; j <= j1; ++j) m = score[j] > m ? score[j] : m;
+    const float m = max_of(score, j0, j1);
     memset(ex, 0, kChunk * sizeof(float));
     det_exp_sub_avx2(score + j0, m, ex + j0, j1 - j0 + 1);
     *qs[i].part = {m, sum_of(ex)};
