@@ -60,16 +60,18 @@ def test_engine_gemv_equals_reference(di, isa, K, B):
 
 @pytest.mark.parametrize("isa", [1, 2], indirect=True, ids=["avx2", "avx512"])
 @pytest.mark.parametrize("K", [16, 96, 576, 784, 1536])
-@pytest.mark.parametrize("B", [1, 3])
+@pytest.mark.parametrize("B", [1, 3, 7])
 def test_engine_gemv_keeps_negative_zero_accumulators(di, isa, K, B):
     """Products that round to -0 leave accumulators at -0; the kernels' padding of a short last block
-    (and their skipped halves) must leave them so (+0 padding would make them +0): a row of -2^-133
-    against inputs of 2^-20 is -0 once every accumulator took a term (K >= 256; a +0 accumulator
-    makes it +0), as the reference says, beside an ordinary row."""
-    w = torch.full((2, K), -2.0 ** -133, dtype=torch.float32).to(torch.bfloat16)
+    (and their skipped halves or quarters) must leave them so (+0 padding would make them +0): a row
+    of -2^-133 against inputs of 2^-20 is -0 once every accumulator took a term (K >= 256; a +0
+    accumulator makes it +0), as the reference says, beside ordinary rows. Four rows and 3 or 7
+    inputs take the AVX2 register tiles (3 rows x 3 inputs) and their leftovers too."""
+    w = torch.full((4, K), -2.0 ** -133, dtype=torch.float32).to(torch.bfloat16)
     w[1] = torch.linspace(-1, 1, K)
+    w[3] = torch.linspace(1, -1, K)
     x = torch.full((B, K), 2.0 ** -20)
-    out = torch.empty((B, 2), dtype=torch.float32)
+    out = torch.empty((B, 4), dtype=torch.float32)
     di.ops._test_gemv_engine(out, w, x)
     want = _reference(di, w, x)
     assert str(want[0, 0].item()) == ("-0.0" if K >= 256 else "0.0")
@@ -262,10 +264,10 @@ def _same_bits(a, b):
 def _fast_and_ref(di, q, k, v, ranges, scale, level=2):
     """_chunk at an ISA level (2: the CPU's own; 1: at most AVX2), then with the ISA capped at ref
     (the contract's loops)."""
-    di.ops._test_isa_cap(level)
-    fast = _chunk(di, q, k, v, ranges, scale, _chunk_impl(level, q.shape[1]))
-    di.ops._test_isa_cap(0)
     try:
+        di.ops._test_isa_cap(level)
+        fast = _chunk(di, q, k, v, ranges, scale, _chunk_impl(level, q.shape[1]))
+        di.ops._test_isa_cap(0)
         return fast, _chunk(di, q, k, v, ranges, scale, "ref")
     finally:
         di.ops._test_isa_cap(2)
