@@ -11,6 +11,7 @@ transformers conversion gives a bf16 checkpoint for the float64 reference.
 
 Qwen2.5-Coder-0.5B-Instruct-AWQ (qwen2 architecture, Q4_K_M GGUF): optional, see qwen2_gguf.
 """
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -58,15 +59,39 @@ def _bf16_checkpoint_from_gguf(gguf, tmp):
     import torch
     import transformers
 
-    src = transformers.AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                            dtype=torch.float32)
+    with _one_gguf_reader():
+        src = transformers.AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                                dtype=torch.float32)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     config = src.config
     config.quantization_config = None
     # transformers refuses save_pretrained on a GGUF-loaded model: build a fresh one from the config.
     fresh = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     fresh.load_state_dict({k: v.to(torch.bfloat16) for k, v in src.state_dict().items()})
     fresh.save_pretrained(str(tmp), safe_serialization=True)
-    transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
+
+
+@contextlib.contextmanager
+def _one_gguf_reader():
+    """transformers parses a GGUF's header with gguf-py three times (the config, the weights, the
+    tokenizer's config): 12 s each for Gemma-3's 262,144-token vocabulary. Within this block each
+    file is parsed once and its (read-only) reader shared."""
+    import gguf
+
+    made, readers = gguf.GGUFReader, {}
+
+    def shared(path, *args, **kwargs):
+        key = (os.path.realpath(path), args, tuple(sorted(kwargs.items())))
+        if key not in readers:
+            readers[key] = made(path, *args, **kwargs)
+        return readers[key]
+
+    gguf.GGUFReader = shared
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = made
 
 
 def _converted(gguf, name):

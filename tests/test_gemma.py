@@ -6,6 +6,7 @@ and test_megakernel_emulated.py; the GGUF round trips in test_gguf.py. Here: the
 that change the math are read or refused, the real GGUF is the pinned file, loads to exactly the
 checkpoint transformers makes of it, and generates sensible text."""
 import copy
+import importlib
 
 import pytest
 from det_fixtures import real_models
@@ -95,11 +96,13 @@ def test_gemma3_270m_gguf_is_pinned(gemma_gguf):
     assert real_models.sha256_file(gemma_gguf) == GEMMA3_270M_GGUF_SHA256
 
 
-def test_gemma3_270m_gguf_tensor_types(gemma_gguf):
-    """The file exercises the k-quants the issue names: Q4_K, Q6_K, Q5_0 and Q8_0 tensors."""
+def test_gemma3_270m_gguf_tensor_types(di, gemma_gguf):
+    """The file exercises the k-quants the issue names: Q4_K, Q6_K, Q5_0 and Q8_0 tensors (read by
+    the header walk, which tests/test_gguf_header.py checks against gguf-py's reader)."""
     import gguf
 
-    kinds = {t.tensor_type.name for t in gguf.GGUFReader(str(gemma_gguf)).tensors}
+    header = importlib.import_module(di.__name__ + ".gguf_header").read_header(str(gemma_gguf))
+    kinds = {gguf.GGMLQuantizationType(t.ggml_type).name for t in header.tensors}
     assert {"Q4_K", "Q6_K", "Q5_0", "Q8_0", "F32"} <= kinds
 
 
@@ -114,6 +117,19 @@ def test_gemma3_270m_from_gguf_reproduces_the_pins(gemma):
     directory = real_models.gemma3_checkpoint()
     teacher, _ = inputs_for("gemma3-270m", directory, gemma.config.vocab_size)
     assert logits_digest(gemma.teacher_forced_logits(teacher)) == MODEL_DIGESTS["gemma3-270m"]["teacher_forced"]
+
+
+def test_gemma3_270m_tokenizer_is_autotokenizers(gemma):
+    """tokenizer() names the class (gguf_io.GGUF_TOKENIZER_TYPES) instead of letting AutoTokenizer
+    derive it from the GGUF's config; the result equals what AutoTokenizer made of the same file on
+    its own path (saved with the converted checkpoint by det_fixtures/real_models.py)."""
+    from transformers import AutoTokenizer
+
+    mine, theirs = gemma.tokenizer(), AutoTokenizer.from_pretrained(str(real_models.gemma3_checkpoint()))
+    assert type(mine) is type(theirs) and mine.get_vocab() == theirs.get_vocab()
+    assert mine.special_tokens_map == theirs.special_tokens_map and mine.chat_template == theirs.chat_template
+    for text in ["The capital of France is", " déjà vu 🚀\n\ttabs", "<start_of_turn>user\nhi<end_of_turn>"]:
+        assert mine(text)["input_ids"] == theirs(text)["input_ids"]
 
 
 def test_gemma3_270m_generation_reads_sensibly(gemma):

@@ -2,14 +2,16 @@
 
 GGUF (v2/v3): a header of typed key-value metadata (`{arch}.block_count`, `{arch}.attention.head_count`,
 ...) and a table of tensors, each with a ggml type (F32, F16, BF16, Q8_0, Q4_K, ...) and a shape
-listed innermost-first. The gguf package (gguf-py, imported only here) parses the file and
-dequantizes every type it knows to fp32. Each tensor is then rounded once to bf16 (nearest even),
+listed innermost-first. gguf_header.py reads the header; the gguf package (gguf-py, imported only
+here) dequantizes every type it knows to fp32 from the mapped file. Each tensor is then rounded once to bf16 (nearest even),
 which is the defined weight of the model (docs/SPEC.md §13.1). llama.cpp's converter permutes the
 rows of the Q and K projections (and their biases) of "llama"-architecture models for its rope
 kernel; that is undone here, as transformers does, so the weights match the Hugging Face layout
 exactly. Attention biases (qwen2's q, k, v; a llama model's four) come as attn_*.bias tensors.
 """
 import torch
+
+from .gguf_header import MetadataArray, GGUFError, read_header
 
 # GGUF tensor names -> Hugging Face names ({i} is the layer).
 _NAMES = {
@@ -46,14 +48,14 @@ SUPPORTED_GGUF_ARCHITECTURES = {
     "qwen2": ("Qwen2ForCausalLM", False),
     "gemma3": ("Gemma3ForCausalLM", False),
 }
+# Family -> transformers' tokenizer_type for MegaModel.tokenizer(): the class AutoTokenizer picks
+# from the GGUF's config, given where deriving that config costs a second gguf-py parse of a large
+# vocabulary (the families not named take AutoTokenizer's own path).
+GGUF_TOKENIZER_TYPES = {"gemma3": "gemma3_text"}
 # What llama.cpp assumes for every gemma3 GGUF rather than storing it (its llama-model.cpp): five
 # sliding layers then one full, and the sliding layers' rope base.
 GEMMA3_SLIDING_PATTERN = 6
 GEMMA3_LOCAL_ROPE_THETA = 10000.0
-
-
-class GGUFError(ValueError):
-    pass
 
 
 _NAMES_BY_ARCH = {"gemma3": {**_NAMES, **_GEMMA3_NAMES}}
@@ -71,26 +73,27 @@ def _hf_name(name, arch):
     return None
 
 
-def _field(reader, key, required=True, default=None):
-    f = reader.fields.get(key)
-    if f is None:
+def _field(header, key, required=True, default=None):
+    if key not in header.fields:
         if required:
             raise GGUFError(f"det-infer: GGUF metadata lacks {key!r}")
         return default
-    value = f.contents()
+    value = header.fields[key]
+    if isinstance(value, MetadataArray):
+        raise GGUFError(f"det-infer: GGUF metadata {key!r} is an array of {value.count}; a single value was expected")
     return value
 
 
-def _count(reader, key, required=True, default=None, low=1, high=1 << 31):
+def _count(header, key, required=True, default=None, low=1, high=1 << 31):
     """An integer field within [low, high] (shapes, counts): anything else names the field."""
-    value = _field(reader, key, required, default)
+    value = _field(header, key, required, default)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise GGUFError(f"det-infer: GGUF metadata {key!r} = {value!r} is not an integer in [{low}, {high}]")
     return value
 
 
-def _number(reader, key, required=True, default=None):
-    value = _field(reader, key, required, default)
+def _number(header, key, required=True, default=None):
+    value = _field(header, key, required, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value == value:
         raise GGUFError(f"det-infer: GGUF metadata {key!r} = {value!r} is not a number")
     return float(value)
@@ -110,141 +113,73 @@ def _unpermute(w, n_head):
     return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-# GGUF metadata value types: fixed sizes of the scalars; 8 is a string, 9 an array.
-_GGUF_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-_GGUF_STRING, _GGUF_ARRAY = 8, 9
-# gguf-py builds one numpy view (~500 bytes) per metadata array element, so array lengths are
-# bounded before it runs. Real files stay far below: a 262,144-token vocabulary (Gemma 3) has
-# three arrays of that length plus its merges.
-MAX_ARRAY_ELEMENTS = 1 << 20
-MAX_METADATA_ELEMENTS = 1 << 22
-
-
-def _check_header(path):
-    """Walks the header (version, counts, every metadata key and value, every tensor's name and
-    dimension count) checking each length against the bytes left in the file and each array against
-    MAX_ARRAY_ELEMENTS (MAX_METADATA_ELEMENTS in all), before gguf-py walks it: a lying count or
-    length must not make the reader build millions of entries. Arrays of arrays are refused."""
-    import os
-    import struct
-
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        def take(n, what):
-            if n > size - f.tell():
-                raise GGUFError(f"det-infer: {path}: {what} runs past the end of the file ({size} bytes)")
-            return f.read(n)
-
-        def u32(what):
-            return struct.unpack("<I", take(4, what))[0]
-
-        def u64(what):
-            return struct.unpack("<Q", take(8, what))[0]
-
-        def skip_string(what):
-            n = u64(what)
-            if n > size - f.tell():
-                raise GGUFError(f"det-infer: {path}: {what} of {n} bytes runs past the end of the file")
-            f.seek(n, os.SEEK_CUR)
-
-        head = f.read(24)
-        if len(head) < 24 or head[:4] != b"GGUF":
-            raise GGUFError(f"det-infer: {path} is not a readable GGUF file (no GGUF magic and header)")
-        version, n_tensors, n_kv = struct.unpack("<IQQ", head[4:24])
-        if version not in (2, 3):
-            raise GGUFError(f"det-infer: {path} has GGUF version {version}; supported: 2 and 3")
-        # Smallest entries: a key-value is a length-prefixed name, a type and a value (>= 13 bytes); a
-        # tensor info is a length-prefixed name, a dimension count, a type and an offset (>= 24 bytes).
-        if n_kv * 13 + n_tensors * 24 > size:
-            raise GGUFError(f"det-infer: {path} claims {n_tensors} tensors and {n_kv} metadata entries, more than "
-                            f"its {size} bytes can hold")
-        elements = 0
-        for i in range(n_kv):
-            skip_string(f"metadata key {i}")
-            kind = u32(f"the type of metadata entry {i}")
-            if kind == _GGUF_ARRAY:
-                item, count = u32(f"metadata array {i}"), u64(f"metadata array {i}")
-                elements += count
-                if count > MAX_ARRAY_ELEMENTS or elements > MAX_METADATA_ELEMENTS:
-                    raise GGUFError(f"det-infer: {path}: metadata array {i} has {count} elements; supported: up to "
-                                    f"{MAX_ARRAY_ELEMENTS} per array and {MAX_METADATA_ELEMENTS} in all")
-                if item == _GGUF_STRING:
-                    if count * 8 > size - f.tell():
-                        raise GGUFError(f"det-infer: {path}: metadata array {i} claims {count} strings, more than "
-                                        "the file can hold")
-                    for j in range(count):
-                        skip_string(f"string {j} of metadata array {i}")
-                elif item in _GGUF_SCALAR_BYTES:
-                    if count * _GGUF_SCALAR_BYTES[item] > size - f.tell():
-                        raise GGUFError(f"det-infer: {path}: metadata array {i} claims {count} values, more than "
-                                        "the file can hold")
-                    f.seek(count * _GGUF_SCALAR_BYTES[item], os.SEEK_CUR)
-                else:
-                    raise GGUFError(f"det-infer: {path}: metadata array {i} has element type {item}; supported: "
-                                    "scalars and strings")
-            elif kind == _GGUF_STRING:
-                skip_string(f"metadata string {i}")
-            elif kind in _GGUF_SCALAR_BYTES:
-                take(_GGUF_SCALAR_BYTES[kind], f"metadata value {i}")
-            else:
-                raise GGUFError(f"det-infer: {path}: metadata entry {i} has unknown value type {kind}")
-        for i in range(n_tensors):
-            skip_string(f"the name of tensor {i}")
-            n_dims = u32(f"tensor {i}")
-            if n_dims > 4:
-                raise GGUFError(f"det-infer: {path}: tensor {i} claims {n_dims} dimensions; GGUF has at most 4")
-            take(8 * n_dims + 4 + 8, f"tensor {i}")
-
-
 def read_gguf(path):
     """(config dict in Hugging Face form, {hf name: bf16 tensor}) of a GGUF file. A malformed file is
     a GGUFError (a ValueError) that says what is wrong, whatever part of it lies."""
     try:
-        import gguf
+        import gguf  # noqa: F401 (its dequantizers)
     except ImportError:
         raise ImportError("det-infer: reading GGUF needs the gguf package (pip install gguf)") from None
-    _check_header(path)
+    header = read_header(path)
     try:
-        reader = gguf.GGUFReader(str(path))
-    except _MALFORMED as e:
-        raise GGUFError(f"det-infer: {path} is not a readable GGUF file ({type(e).__name__}: {e})") from None
-    try:
-        return _convert(reader)
+        return _convert(header, path)
     except GGUFError:
         raise
     except _MALFORMED as e:
         raise GGUFError(f"det-infer: {path} is a malformed GGUF file ({type(e).__name__}: {e})") from None
 
 
-def _convert(reader):
+def _tensor_values(data, t):
+    """fp32 values of tensor t (shape outermost first), dequantized by gguf-py from the mapped file."""
     import gguf
     import numpy as np
-    arch = _field(reader, "general.architecture")
+
+    try:
+        qtype = gguf.GGMLQuantizationType(t.ggml_type)
+        block, type_bytes = gguf.GGML_QUANT_SIZES[qtype]
+    except (ValueError, KeyError):
+        raise GGUFError(f"det-infer: GGUF tensor {t.name!r} has ggml type {t.ggml_type}, which is not a known "
+                        "type") from None
+    if not t.dims or t.dims[0] % block:
+        raise GGUFError(f"det-infer: GGUF tensor {t.name!r} has shape {list(t.dims)}: its rows must be a nonzero "
+                        f"multiple of {qtype.name}'s block of {block} values")
+    shape = [int(s) for s in reversed(t.dims)]
+    n_bytes = int(np.prod(shape, dtype=object)) // block * type_bytes
+    if t.offset + n_bytes > data.shape[0]:
+        raise GGUFError(f"det-infer: GGUF tensor {t.name!r} ({n_bytes} bytes at {t.offset}) runs past the end of "
+                        f"the file ({data.shape[0]} bytes)")
+    raw = data[t.offset:t.offset + n_bytes].reshape(*shape[:-1], shape[-1] // block * type_bytes)
+    try:
+        values = gguf.quants.dequantize(raw, qtype)
+    except NotImplementedError:
+        raise GGUFError(f"det-infer: GGUF tensor {t.name!r} has type {qtype.name}, which the gguf package cannot "
+                        "dequantize") from None
+    return np.asarray(values, dtype=np.float32).reshape(shape)
+
+
+def _convert(header, path):
+    import numpy as np
+    arch = _field(header, "general.architecture")
     if arch not in SUPPORTED_GGUF_ARCHITECTURES:
         raise GGUFError(f"det-infer: GGUF architecture {arch!r} is not supported; supported: "
                         f"{', '.join(SUPPORTED_GGUF_ARCHITECTURES)}")
     hf_arch, permuted = SUPPORTED_GGUF_ARCHITECTURES[arch]
-    if any(t.name == "rope_freqs.weight" for t in reader.tensors):
+    if any(t.name == "rope_freqs.weight" for t in header.tensors):
         raise GGUFError("det-infer: GGUF rope_freqs (llama3 rope scaling stored as factors) is not supported yet")
-    scaling = _field(reader, f"{arch}.rope.scaling.type", required=False)
+    scaling = _field(header, f"{arch}.rope.scaling.type", required=False)
     if scaling not in (None, "none") and not (arch == "gemma3" and scaling == "linear"):
         raise GGUFError(f"det-infer: GGUF rope scaling {scaling!r} is not supported (only linear, for gemma3)")
-    heads = _count(reader, f"{arch}.attention.head_count")
-    kv_heads = _count(reader, f"{arch}.attention.head_count_kv", False, heads)
-    hidden = _count(reader, f"{arch}.embedding_length")
-    head_dim = _count(reader, f"{arch}.attention.key_length", False, max(1, hidden // heads))
+    heads = _count(header, f"{arch}.attention.head_count")
+    kv_heads = _count(header, f"{arch}.attention.head_count_kv", False, heads)
+    hidden = _count(header, f"{arch}.embedding_length")
+    head_dim = _count(header, f"{arch}.attention.key_length", False, max(1, hidden // heads))
     tensors = {}
-    for t in reader.tensors:
+    data = np.memmap(path, mode="r")
+    for t in header.tensors:
         name = _hf_name(t.name, arch)
         if name is None:
             raise GGUFError(f"det-infer: GGUF tensor {t.name!r} has no place in a {arch} model")
-        try:
-            values = gguf.quants.dequantize(t.data, t.tensor_type)
-        except NotImplementedError:
-            raise GGUFError(f"det-infer: GGUF tensor {t.name!r} has type {t.tensor_type.name}, which the "
-                            "gguf package cannot dequantize") from None
-        shape = [int(s) for s in reversed(t.shape)]
-        values = np.asarray(values, dtype=np.float32).reshape(shape)
+        values = _tensor_values(data, t)
         if permuted and t.name.endswith((".attn_q.weight", ".attn_q.bias")):
             values = _unpermute(values, heads)
         elif permuted and t.name.endswith((".attn_k.weight", ".attn_k.bias")):
@@ -256,42 +191,42 @@ def _convert(reader):
     config = {
         "architectures": [hf_arch],
         "hidden_size": hidden,
-        "num_hidden_layers": _count(reader, f"{arch}.block_count"),
+        "num_hidden_layers": _count(header, f"{arch}.block_count"),
         "num_attention_heads": heads,
         "num_key_value_heads": kv_heads,
         "head_dim": head_dim,
-        "intermediate_size": _count(reader, f"{arch}.feed_forward_length"),
-        "vocab_size": _count(reader, f"{arch}.vocab_size", False, vocab),
-        "rms_norm_eps": _number(reader, f"{arch}.attention.layer_norm_rms_epsilon"),
-        "max_position_embeddings": _count(reader, f"{arch}.context_length", False, 4096),
-        "rope_theta": _number(reader, f"{arch}.rope.freq_base", False, 10000.0),
+        "intermediate_size": _count(header, f"{arch}.feed_forward_length"),
+        "vocab_size": _count(header, f"{arch}.vocab_size", False, vocab),
+        "rms_norm_eps": _number(header, f"{arch}.attention.layer_norm_rms_epsilon"),
+        "max_position_embeddings": _count(header, f"{arch}.context_length", False, 4096),
+        "rope_theta": _number(header, f"{arch}.rope.freq_base", False, 10000.0),
         "tie_word_embeddings": "lm_head.weight" not in tensors,
         "hidden_act": "silu",
-        "bos_token_id": _field(reader, "tokenizer.ggml.bos_token_id", False),
-        "eos_token_id": _field(reader, "tokenizer.ggml.eos_token_id", False),
+        "bos_token_id": _field(header, "tokenizer.ggml.bos_token_id", False),
+        "eos_token_id": _field(header, "tokenizer.ggml.eos_token_id", False),
     }
     if arch != "qwen2" and any(n.endswith("_proj.bias") for n in tensors):
         config["attention_bias"] = True  # GGUF stores no flag: the tensors say it (all four must be there)
-    rope_dim = _count(reader, f"{arch}.rope.dimension_count", False, head_dim)
+    rope_dim = _count(header, f"{arch}.rope.dimension_count", False, head_dim)
     if rope_dim != head_dim:
         config["partial_rotary_factor"] = rope_dim / head_dim
     if arch == "mistral":
-        window = _count(reader, f"{arch}.attention.sliding_window", False, 0, low=0)
+        window = _count(header, f"{arch}.attention.sliding_window", False, 0, low=0)
         if window:
             config["sliding_window"] = window
     if arch == "gemma3":
-        _gemma3_config(reader, config, scaling)
+        _gemma3_config(header, config, scaling)
     return config, tensors
 
 
-def _gemma3_config(reader, config, scaling):
+def _gemma3_config(header, config, scaling):
     """The Gemma3ForCausalLM fields of a gemma3 GGUF, with llama.cpp's built-in values for what the
     file does not store."""
     del config["hidden_act"]
     full = {"rope_type": "default", "rope_theta": config.pop("rope_theta")}
     if scaling == "linear":
         full = {"rope_type": "linear", "rope_theta": full["rope_theta"],
-                "factor": _number(reader, "gemma3.rope.scaling.factor")}
+                "factor": _number(header, "gemma3.rope.scaling.factor")}
     n = config["num_hidden_layers"]
     # llama.cpp scales scores by 1/sqrt(head_dim), except for the 62-layer 27B model, whose
     # query_pre_attn_scalar is hidden_size / heads.
@@ -299,7 +234,7 @@ def _gemma3_config(reader, config, scaling):
     config.update({
         "model_type": "gemma3_text",
         "hidden_activation": "gelu_pytorch_tanh",
-        "sliding_window": _count(reader, "gemma3.attention.sliding_window"),
+        "sliding_window": _count(header, "gemma3.attention.sliding_window"),
         "query_pre_attn_scalar": scalar,
         "sliding_window_pattern": GEMMA3_SLIDING_PATTERN,  # config.py derives the layer types
         "rope_parameters": {"full_attention": full,

@@ -199,7 +199,15 @@ class MegaModel:
             raise ImportError("det-infer: tokenizer() needs transformers (pip install transformers)") from None
         path = getattr(self, "gguf_path", None)
         if path is not None:
-            return AutoTokenizer.from_pretrained(os.path.dirname(path) or ".", gguf_file=os.path.basename(path))
+            # The tokenizer class AutoTokenizer would pick from the file's config, named so that it
+            # does not derive that config by parsing the whole header once more with gguf-py (15 s
+            # for Gemma-3's 262,144-token vocabulary; tests/test_gemma.py checks the two agree).
+            from .gguf_io import GGUF_TOKENIZER_TYPES
+
+            kind = GGUF_TOKENIZER_TYPES.get(self.config.family)
+            extra = {"tokenizer_type": kind} if kind else {}
+            return AutoTokenizer.from_pretrained(os.path.dirname(path) or ".", gguf_file=os.path.basename(path),
+                                                 **extra)
         directory = getattr(self, "model_dir", None)
         if directory is None:
             raise ValueError("det-infer: this model was built from tensors, not loaded from a directory or GGUF, "
