@@ -184,3 +184,11 @@ def smollm2_nf4_checkpoint():
         transformers.AutoTokenizer.from_pretrained(str(dense)).save_pretrained(str(tmp))
 
     return _prepared("smollm2-135m-instruct-nf4", build)
+
+
+def assert_same_tokenizer(mine, theirs, texts):
+    """Two tokenizers agree: class, vocabulary, special tokens, chat template, and the ids of texts."""
+    assert type(mine) is type(theirs) and mine.get_vocab() == theirs.get_vocab()
+    assert mine.special_tokens_map == theirs.special_tokens_map and mine.chat_template == theirs.chat_template
+    for text in texts:
+        assert mine(text)["input_ids"] == theirs(text)["input_ids"], text

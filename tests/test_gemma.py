@@ -125,11 +125,8 @@ def test_gemma3_270m_tokenizer_is_autotokenizers(gemma):
     its own path (saved with the converted checkpoint by det_fixtures/real_models.py)."""
     from transformers import AutoTokenizer
 
-    mine, theirs = gemma.tokenizer(), AutoTokenizer.from_pretrained(str(real_models.gemma3_checkpoint()))
-    assert type(mine) is type(theirs) and mine.get_vocab() == theirs.get_vocab()
-    assert mine.special_tokens_map == theirs.special_tokens_map and mine.chat_template == theirs.chat_template
-    for text in ["The capital of France is", " déjà vu 🚀\n\ttabs", "<start_of_turn>user\nhi<end_of_turn>"]:
-        assert mine(text)["input_ids"] == theirs(text)["input_ids"]
+    real_models.assert_same_tokenizer(gemma.tokenizer(), AutoTokenizer.from_pretrained(str(real_models.gemma3_checkpoint())),
+                                      ["The capital of France is", " déjà vu 🚀\n\ttabs", "<start_of_turn>user\nhi<end_of_turn>"])
 
 
 def test_gemma3_270m_generation_reads_sensibly(gemma):

@@ -162,3 +162,9 @@ def test_real_qwen2_gguf_equals_its_transformers_conversion(di):
     ids = gguf.tokenizer()("def square(x):\n    return x * x\n")["input_ids"]
     assert torch.equal(gguf.teacher_forced_logits(ids).view(torch.int32),
                        converted.teacher_forced_logits(ids).view(torch.int32))
+    # tokenizer() names the class (gguf_io.GGUF_TOKENIZER_TYPES): the same tokenizer as AutoTokenizer's
+    # own path, saved with the converted checkpoint.
+    from transformers import AutoTokenizer
+
+    real_models.assert_same_tokenizer(gguf.tokenizer(), AutoTokenizer.from_pretrained(str(real_models.qwen2_checkpoint())),
+                                      ["def square(x):\n    return x * x\n", "<|im_start|>user\nhi<|im_end|>", "数学 12345"])

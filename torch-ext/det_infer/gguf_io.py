@@ -51,7 +51,7 @@ SUPPORTED_GGUF_ARCHITECTURES = {
 # Family -> transformers' tokenizer_type for MegaModel.tokenizer(): the class AutoTokenizer picks
 # from the GGUF's config, given where deriving that config costs a second gguf-py parse of a large
 # vocabulary (the families not named take AutoTokenizer's own path).
-GGUF_TOKENIZER_TYPES = {"gemma3": "gemma3_text"}
+GGUF_TOKENIZER_TYPES = {"gemma3": "gemma3_text", "qwen2": "qwen2"}
 # What llama.cpp assumes for every gemma3 GGUF rather than storing it (its llama-model.cpp): five
 # sliding layers then one full, and the sliding layers' rope base.
 GEMMA3_SLIDING_PATTERN = 6

@@ -201,7 +201,8 @@ class MegaModel:
         if path is not None:
             # The tokenizer class AutoTokenizer would pick from the file's config, named so that it
             # does not derive that config by parsing the whole header once more with gguf-py (15 s
-            # for Gemma-3's 262,144-token vocabulary; tests/test_gemma.py checks the two agree).
+            # for Gemma-3's 262,144-token vocabulary; tests/test_gemma.py and test_qwen2.py check
+            # that the two agree).
             from .gguf_io import GGUF_TOKENIZER_TYPES
 
             kind = GGUF_TOKENIZER_TYPES.get(self.config.family)
