@@ -26,7 +26,8 @@ def main():
         sys.exit("scripts/eval.py needs lm-eval: run bash scripts/setup.sh (it pins lm-eval==0.4.13)")
     from kernels import get_kernel
 
-    get_kernel("phanerozoic/det-infer", version=1).lm_eval.lm_class()  # registers "det-infer"
+    di = get_kernel("phanerozoic/det-infer", version=1)
+    di.lm_eval.lm_class()  # registers "det-infer"
     argv = sys.argv[1:]
     if argv and argv[0] not in ("run", "ls", "validate", "-h", "--help"):
         argv = ["run"] + argv
@@ -38,11 +39,25 @@ def main():
         argv[1:1] = ["--device", "cuda" if torch.cuda.is_available() else "cpu"]
     sys.argv = [sys.argv[0]] + argv
     try:
+        if argv and argv[0] == "run" and _option(argv, "--model") == "det-infer":
+            args = _option(argv, "--model_args")
+            if args and not args.lstrip().startswith("{"):  # lm-eval also takes a JSON object
+                di.lm_eval.check_model_args(args)
         cli_evaluate()
     except (TypeError, ValueError) as e:
         if str(e).startswith("det-infer:"):  # a clear message about the arguments, not a traceback
             sys.exit(str(e))
         raise
+
+
+def _option(argv, name):
+    """The value of --name in argv (as --name VALUE or --name=VALUE), or None."""
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(name + "="):
+            return a[len(name) + 1:]
+    return None
 
 
 if __name__ == "__main__":

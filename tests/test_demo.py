@@ -16,14 +16,16 @@ def test_demo_and_verify(tmp_path):
     env = dict(os.environ, LOCAL_KERNELS=f"phanerozoic/det-infer={ROOT / 'build'}")
     cert = tmp_path / "cert.json"
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "demo.py"), "--max-new", "6", "--quiet",
-                        "--no-contrast", "--json", str(cert)], env=env, capture_output=True, text=True)
+                        "--no-contrast", "--json", str(cert),
+                        "--emulated-steps", "2"], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ALL MATCH" in r.stdout and r.stderr.count("...") == 0
     greedy_table = r.stdout.split("\nsampled (")[0]
     rows = [line for line in greedy_table.splitlines() if line.split()[:1] and line.split()[0] in
             ("single-launch", "per-step", "split-prefill", "batch-16", "threads=1", "threads=2")]
     assert len(rows) == 6 and len({tuple(line.split()[1:3]) for line in rows}) == 1
-    assert "host SIMT emulation" in r.stdout and "steps: bit-identical to the rows above" in r.stdout
+    # Two emulated steps (the prompt's tile and one decode step; 3 s each after the prompt's 17 s here).
+    assert "host SIMT emulation" in r.stdout and "first 2 steps: bit-identical to the rows above" in r.stdout
     assert "ALL MATCH: the sampled stream is the same bits every way" in r.stdout
     v = subprocess.run([sys.executable, str(ROOT / "scripts" / "verify.py"), str(cert)], env=env,
                        capture_output=True, text=True)

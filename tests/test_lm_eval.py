@@ -3,6 +3,7 @@ tasks in tests/lm_eval_tasks: a multiple-choice task, greedy and sampled generat
 rolling-loglikelihood task. Every response must be identical at batch sizes 1, 4 and 16, on the
 emulated megakernel and in a separate process; on SmolLM2 the loglikelihoods must match lm-eval's
 own HFLM in float64 and the greedy generations must be the same text."""
+import functools
 import json
 import subprocess
 import sys
@@ -24,13 +25,20 @@ def tiny(tmp_path_factory):
     return synthetic.write_byte_model(directory)
 
 
+@functools.cache
+def task_manager():
+    """lm-eval's index of this directory's tasks alone: with its ~14,000 built-in task files it takes
+    10 s to build (on the CI's 2 cores), once per simple_evaluate here until 2026-12-08."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
+
+
 def evaluate(lm, tasks=TASKS, **kwargs):
     """{task: [(doc_id, responses, filtered responses)]} and {task: metrics} of one simple_evaluate."""
     import lm_eval
-    from lm_eval.tasks import TaskManager
 
-    out = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), task_manager=TaskManager(include_path=str(TASKS_DIR)),
-                                  log_samples=True, **kwargs)
+    out = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), task_manager=task_manager(), log_samples=True, **kwargs)
     return per_sample(out["samples"]), out["results"]
 
 
@@ -98,6 +106,10 @@ def test_scripts_eval_refuses_unknown_model_arguments(tiny):
 
 
 def test_bad_arguments_are_clear_errors(di, tiny):
+    # scripts/eval.py's check before lm-eval runs: the class's own message, and nothing for good arguments.
+    di.lm_eval.check_model_args(f"pretrained={tiny},batch_size=4,executor=emulated,geometry=tile_rows=32;outs=4")
+    with pytest.raises(TypeError, match="separated by ';' in model_args"):
+        di.lm_eval.check_model_args(f"pretrained={tiny},geometry=tile_rows=32,attn=2")
     with pytest.raises(TypeError, match="unknown argument"):
         di.lm_eval.DetInferLM(pretrained=str(tiny), dtype="bfloat16")
     with pytest.raises(TypeError, match="separated by ';' in model_args"):  # geometry=tile_rows=64,attn=32 split
@@ -122,8 +134,6 @@ def test_chat_template_through_lm_eval(di, tiny):
     """apply_chat_template=True renders each prompt with the model's own template (write_byte_tokenizer's)
     and the replies still do not depend on the batch size."""
     import lm_eval
-    from lm_eval.tasks import TaskManager
-
     lm = di.lm_eval.DetInferLM(pretrained=str(tiny), max_length=TINY_MAX_LENGTH)
     history = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2 + 3?"}]
     assert lm.apply_chat_template(history) == "<system>Be brief.\n<user>2 + 3?\n<assistant>"
@@ -132,7 +142,7 @@ def test_chat_template_through_lm_eval(di, tiny):
     for bs in (1, 16):
         lm.batch_size = bs
         out = lm_eval.simple_evaluate(model=lm, tasks=["det_arithmetic"], apply_chat_template=True, log_samples=True,
-                                      task_manager=TaskManager(include_path=str(TASKS_DIR)))
+                                      task_manager=task_manager())
         rows = out["samples"]["det_arithmetic"]
         assert all(r["arguments"][0][0].startswith("<user>Question:") for r in rows)
         runs.append(per_sample(out["samples"]))

@@ -49,9 +49,24 @@ def test_teacher_forced_digest(case, g):
     assert logits_digest(case["emulated"](g).teacher_forced_logits(case["teacher"])) == case["pins"]["teacher_forced"]
 
 
+# One block of one warp (GEOMETRIES[0]) does a launch's work in turn: the slowest emulation (8-26 s
+# a model's generation on the CI's 2 cores, against 2-9 s in the other geometries). CI generates
+# with it on llama, qwen2 and gemma3 (dense, attention biases, Gemma's switches; every model's
+# teacher-forced digest above takes it too); `pytest -m slow` on every model.
+ONE_WARP_IN_CI = ("llama", "qwen2", "gemma3")
+
+
 @pytest.mark.parametrize("g", GEOMETRIES[:3], ids=lambda g: "x".join(map(str, g)))
 def test_generation_digest_single_launch(case, g):
+    if g == GEOMETRIES[0] and case["name"] not in ONE_WARP_IN_CI:
+        pytest.skip("one warp alone: llama, qwen2 and gemma3 in CI, every model in -m slow")
     tokens, logits = case["emulated"](g).generate(case["prompt"], max_new=N_GEN, return_logits=True)
+    assert generation_digest(tokens, logits) == case["pins"]["generation"]
+
+
+@pytest.mark.slow
+def test_generation_digest_single_launch_one_warp(case):
+    tokens, logits = case["emulated"](GEOMETRIES[0]).generate(case["prompt"], max_new=N_GEN, return_logits=True)
     assert generation_digest(tokens, logits) == case["pins"]["generation"]
 
 

@@ -32,6 +32,22 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _refuse_unknown(names):
+    if names:
+        hint = ("; geometry fields go inside geometry=, separated by ';' in model_args (lm-eval splits on "
+                "commas): geometry=tile_rows=64;attn=32") if set(names) & set(GEOMETRY_FIELDS) else ""
+        raise TypeError(f"det-infer: DetInferLM got unknown argument(s) {', '.join(sorted(names))}; "
+                        f"supported: {', '.join(MODEL_ARGS)}{hint}")
+
+
+def check_model_args(model_args):
+    """Refuses a --model_args string ("pretrained=PATH,batch_size=4", split on commas as lm-eval
+    splits it) that names an argument DetInferLM does not take: scripts/eval.py says so before
+    lm-eval indexes its task files (about 10 s)."""
+    names = {item.split("=", 1)[0].strip() for item in model_args.split(",") if item.strip()}
+    _refuse_unknown(names - set(MODEL_ARGS))
+
+
 def lm_class():
     """DetInferLM, built on lm-eval's TemplateLM and registered as "det-infer" on first use."""
     global _CLASS
@@ -93,11 +109,7 @@ class _DetInferMethods:
     def __init__(self, pretrained=None, batch_size=1, max_batch_size=None, device=None, executor=None,
                  geometry=None, max_length=None, max_gen_toks=256, seed=0, add_bos_token=None,
                  trust_remote_code=None, **unknown):
-        if unknown:
-            hint = ("; geometry fields go inside geometry=, separated by ';' in model_args (lm-eval splits on "
-                    "commas): geometry=tile_rows=64;attn=32") if set(unknown) & set(GEOMETRY_FIELDS) else ""
-            raise TypeError(f"det-infer: DetInferLM got unknown argument(s) {', '.join(sorted(unknown))}; "
-                            f"supported: {', '.join(MODEL_ARGS)}{hint}")
+        _refuse_unknown(unknown)
         super().__init__()
         if not pretrained:
             raise ValueError("det-infer: DetInferLM needs pretrained=PATH (a model directory or a .gguf file)")
