@@ -33,7 +33,8 @@ def gguf_py_view(path):
 
 def walk_view(header_module, path):
     h = header_module.read_header(str(path))
-    fields = {k: (v.item_type, v.count) if isinstance(v, header_module.MetadataArray) else v for k, v in h.fields.items()}
+    array = header_module.MetadataArray
+    fields = {k: (v.item_type, v.count) if isinstance(v, array) else v for k, v in h.fields.items()}
     return fields, [tuple(t) for t in h.tensors], h.data_offset
 
 

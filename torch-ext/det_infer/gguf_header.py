@@ -113,7 +113,8 @@ class _Walk:
                 self.fail(f"tensor {name!r} appears twice")
             names.add(name)
             if offset % alignment:
-                self.fail(f"tensor {name!r} starts at data offset {offset}, not a multiple of the alignment {alignment}")
+                self.fail(f"tensor {name!r} starts at data offset {offset}, not a multiple of the alignment "
+                          f"{alignment}")
             tensors.append(TensorInfo(name, dims, ggml_type, data_offset + offset))
         return GGUFHeader(version, fields, tensors, data_offset, self.size)
 

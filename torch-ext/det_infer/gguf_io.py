@@ -3,15 +3,15 @@
 GGUF (v2/v3): a header of typed key-value metadata (`{arch}.block_count`, `{arch}.attention.head_count`,
 ...) and a table of tensors, each with a ggml type (F32, F16, BF16, Q8_0, Q4_K, ...) and a shape
 listed innermost-first. gguf_header.py reads the header; the gguf package (gguf-py, imported only
-here) dequantizes every type it knows to fp32 from the mapped file. Each tensor is then rounded once to bf16 (nearest even),
-which is the defined weight of the model (docs/SPEC.md §13.1). llama.cpp's converter permutes the
-rows of the Q and K projections (and their biases) of "llama"-architecture models for its rope
-kernel; that is undone here, as transformers does, so the weights match the Hugging Face layout
-exactly. Attention biases (qwen2's q, k, v; a llama model's four) come as attn_*.bias tensors.
+here) dequantizes every type it knows to fp32 from the mapped file. Each tensor is then rounded
+once to bf16 (nearest even), which is the defined weight of the model (docs/SPEC.md §13.1).
+llama.cpp's converter permutes the rows of the Q and K projections (and their biases) of
+"llama"-architecture models for its rope kernel; that is undone here, as transformers does, so
+the weights match the Hugging Face layout exactly. Attention biases (qwen2's q, k, v; a llama model's four) come as attn_*.bias tensors.
 """
 import torch
 
-from .gguf_header import MetadataArray, GGUFError, read_header
+from .gguf_header import GGUFError, MetadataArray, read_header
 
 # GGUF tensor names -> Hugging Face names ({i} is the layer).
 _NAMES = {
