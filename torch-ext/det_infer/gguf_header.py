@@ -19,7 +19,7 @@ class GGUFError(ValueError):
 _SCALAR_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q",
                    12: "<d"}
 _SCALAR_BYTES = {k: struct.calcsize(f) for k, f in _SCALAR_FORMATS.items()}
-_STRING, _ARRAY, _UINT32 = 8, 9, 4
+_STRING, _ARRAY, _UINT32, _UINT64 = 8, 9, 4, 10
 # A tokenizer's arrays are read later by transformers (with gguf-py, one numpy view per element),
 # so their lengths are bounded here. Real files stay far below: a 262,144-token vocabulary (Gemma 3)
 # has three arrays of that length plus its merges.
@@ -46,7 +46,6 @@ class GGUFHeader(NamedTuple):
     fields: dict  # key -> int, float, bool, str or MetadataArray
     tensors: list  # TensorInfo, in file order
     data_offset: int
-    file_size: int
 
 
 def read_header(path):
@@ -72,10 +71,14 @@ class _Walk:
     def scalar(self, kind, what):
         return struct.unpack(_SCALAR_FORMATS[kind], self.take(_SCALAR_BYTES[kind], what))[0]
 
-    def string(self, what):
-        n = self.scalar(10, what)
+    def string_length(self, what):
+        n = self.scalar(_UINT64, what)
         if n > self.size - self.f.tell():
             self.fail(f"{what} of {n} bytes runs past the end of the file")
+        return n
+
+    def string(self, what):
+        n = self.string_length(what)
         try:
             return self.f.read(n).decode("utf-8")
         except UnicodeDecodeError:
@@ -83,10 +86,7 @@ class _Walk:
 
     def skip_strings(self, count, what):
         for j in range(count):
-            n = self.scalar(10, f"string {j} of {what}")
-            if n > self.size - self.f.tell():
-                self.fail(f"string {j} of {what} of {n} bytes runs past the end of the file")
-            self.f.seek(n, os.SEEK_CUR)
+            self.f.seek(self.string_length(f"string {j} of {what}"), os.SEEK_CUR)
 
     def header(self):
         head = self.f.read(24)
@@ -116,7 +116,7 @@ class _Walk:
                 self.fail(f"tensor {name!r} starts at data offset {offset}, not a multiple of the alignment "
                           f"{alignment}")
             tensors.append(TensorInfo(name, dims, ggml_type, data_offset + offset))
-        return GGUFHeader(version, fields, tensors, data_offset, self.size)
+        return GGUFHeader(version, fields, tensors, data_offset)
 
     def metadata(self, n_kv):
         fields, kinds, elements = {}, {}, 0
@@ -124,7 +124,7 @@ class _Walk:
             key = self.string(f"metadata key {i}")
             kind = self.scalar(_UINT32, f"the type of metadata entry {i}")
             if kind == _ARRAY:
-                item, count = self.scalar(_UINT32, f"metadata array {i}"), self.scalar(10, f"metadata array {i}")
+                item, count = self.scalar(_UINT32, f"metadata array {i}"), self.scalar(_UINT64, f"metadata array {i}")
                 elements += count
                 if count > MAX_ARRAY_ELEMENTS or elements > MAX_METADATA_ELEMENTS:
                     self.fail(f"metadata array {i} has {count} elements; supported: up to {MAX_ARRAY_ELEMENTS} per "
