@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from det_fixtures import contract_inputs
+from det_fixtures.host import cpu_has
 import pytest
 from det_fixtures.pins import CONTRACT_MATH_DIGEST
 
@@ -27,13 +28,6 @@ BUILDS = {
     "clang16-O3-x86-64-v3": ["clang++-16", "-O3", "-march=x86-64-v3", *BASE],
     "aarch64-gcc-O3-qemu": ["aarch64-linux-gnu-g++", "-O3", "-static", *BASE],
 }
-
-
-def _cpu_has(flag):
-    try:
-        return flag in Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
 
 
 def _missing(reason):
@@ -60,7 +54,7 @@ def test_native_build_digest(build, tmp_path):
         _missing(f"{cmd[0]} not installed (scripts/setup.sh installs it)")
     if "aarch64" in cmd[0] and shutil.which("qemu-aarch64") is None:
         _missing("qemu-aarch64 not installed (scripts/setup.sh installs qemu-user)")
-    if "-march=x86-64-v4" in cmd and not _cpu_has("avx512f"):
+    if "-march=x86-64-v4" in cmd and not cpu_has("avx512f"):
         pytest.skip("this CPU has no AVX-512 to run an x86-64-v4 binary")
     assert _digest(cmd, tmp_path, build) == CONTRACT_MATH_DIGEST
 

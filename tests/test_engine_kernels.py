@@ -8,17 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from det_fixtures.host import cpu_has
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _reference(di, w, x):
     return torch.stack([di.contract.gemv(w, x[b]) for b in range(x.shape[0])])
-
-
-def _has(*flags):
-    cpu = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
-    return all(f in cpu for f in flags)
 
 
 AVX512 = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
@@ -30,7 +26,7 @@ def _expected_impl(isa, K, B, dense_ok=True):
         return "ref"
     if isa == 0:
         return "ref"
-    if isa == 2 and _has(*AVX512):
+    if isa == 2 and cpu_has(*AVX512):
         return "avx512"
     return "avx2"
 
@@ -119,11 +115,10 @@ def test_engine_gemv_nf4_rejects_bad_blocks(di):
 
 def test_engine_uses_the_isa_paths_here(di):
     """On a CPU with AVX2 the fast paths are really exercised by the test above."""
-    flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
-    if "avx2" not in flags or "fma" not in flags:
+    if not cpu_has("avx2", "fma"):
         pytest.skip("no AVX2/FMA here")
     impl = lambda K, B: di.ops._test_gemv_engine(torch.empty((B, 1)), torch.ones(1, K, dtype=torch.bfloat16), torch.ones(B, K))
-    fast = "avx512" if _has(*AVX512) else "avx2"
+    fast = "avx512" if cpu_has(*AVX512) else "avx2"
     assert impl(576, 1) == fast and impl(576, 2) == fast and impl(576, 4) == fast and impl(584, 1) == "ref"
 
 
@@ -249,9 +244,9 @@ def _chunk(di, q, k, v, ranges, scale, impl=None):
 
 def _chunk_impl(level, D):
     """The version det_attn_chunk runs at a capped ISA level on this CPU (det_attn_cpu.cpp)."""
-    if level >= 2 and D % 16 == 0 and _has(*AVX512):
+    if level >= 2 and D % 16 == 0 and cpu_has(*AVX512):
         return "avx512"
-    if level >= 1 and D % 8 == 0 and _has("avx2", "fma"):
+    if level >= 1 and D % 8 == 0 and cpu_has("avx2", "fma"):
         return "avx2"
     return "ref"
 

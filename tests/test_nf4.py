@@ -4,12 +4,12 @@ of the same codes, on the CPU engine and the emulated megakernel; the loader che
 the quantization state."""
 import json
 import os
-from pathlib import Path
 
 import hf_reference
 import nf4_checkpoints
 import pytest
 from det_fixtures import synthetic
+from det_fixtures.host import cpu_has
 import torch
 from det_fixtures.certification import N_GEN, generation_digest, inputs_for
 
@@ -49,14 +49,9 @@ def test_nested_absmax_matches_bitsandbytes(di, n):
     assert torch.equal(_bits(got), _bits(want.float()))
 
 
-def _cpu_has_avx512():
-    cpuinfo = Path("/proc/cpuinfo")
-    flags = cpuinfo.read_text().split() if cpuinfo.exists() else []
-    return "avx512f" in flags and "avx512bw" in flags
-
-
-@pytest.mark.skipif(not _cpu_has_avx512(), reason="bitsandbytes' CPU dequantize_4bit misreads these blocks in its "
-                    "AVX-512 path only; without AVX-512 it agrees (an AVX2-only VM, 2026-12-07)")
+@pytest.mark.skipif(not cpu_has("avx512f", "avx512bw"),
+                    reason="bitsandbytes' CPU dequantize_4bit misreads these blocks in its AVX-512 path only; "
+                           "without AVX-512 it agrees (an AVX2-only VM, 2026-12-07)")
 def test_bitsandbytes_cpu_kernel_disagrees_across_rows():
     """Why the dense twin uses bitsandbytes' reference compute: its CPU dequantize_4bit kernel (the
     AVX-512 path) misreads blocks that cross a row (row length 352, blocksize 64). If this starts
